@@ -1,0 +1,110 @@
+"""The `hdcfl-ray` command line.
+
+Exit codes: 0 success, 2 bad input (scenario, overrides, data files), 1 a failure
+during the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from hdcfl_ray.errors import ScenarioError
+
+app = typer.Typer(
+    name="hdcfl-ray",
+    help="Federated-learning simulator on Ray: HDC-FL and its baselines, with Arrow logs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+error_console = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
+
+SetOption = typer.Option(
+    None,
+    "--set",
+    help="Override a scenario key, e.g. --set protocol.rounds=5 (repeatable; the value is read as YAML).",
+    metavar="KEY=VALUE",
+)
+
+
+def _fail_bad_input(error: ScenarioError) -> None:
+    error_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command()
+def validate(
+    scenario_file: Path = typer.Argument(..., help="Scenario YAML file."),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Check a scenario (schema, data files, partition against the data) without running it."""
+    from hdcfl_ray.config import load_scenario
+    from hdcfl_ray.runtime.simulation import prepare_run
+
+    try:
+        scenario = load_scenario(scenario_file, overrides or [])
+        prepared = prepare_run(scenario)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    dataset = prepared.dataset
+    print(
+        f"{scenario_file}: valid. {scenario.algorithm.name} on {dataset.name} "
+        f"({dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images, {dataset.num_classes} classes), "
+        f"{scenario.partition.num_clients} clients ({scenario.partition.kind}), {scenario.protocol.rounds} rounds."
+    )
+
+
+@app.command()
+def simulate(
+    scenario_file: Path = typer.Argument(..., help="Scenario YAML file."),
+    overrides: Optional[List[str]] = SetOption,
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: <output.dir>/<name>-<algorithm>-seed<seed>-<time>)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view or summary; print only the run directory."),
+) -> None:
+    """Run one simulation and write its run directory (scenario, manifest, Parquet tables)."""
+    from hdcfl_ray.config import load_scenario
+    from hdcfl_ray.runtime.simulation import default_run_dir, prepare_run, run_simulation
+    from hdcfl_ray.terminal.live_view import LiveView, QuietObserver
+
+    try:
+        scenario = load_scenario(scenario_file, overrides or [])
+        prepared = prepare_run(scenario)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    run_dir = out or default_run_dir(scenario)
+    observer = QuietObserver() if quiet else LiveView()
+    try:
+        summary = run_simulation(prepared, run_dir, observer)
+    except ScenarioError as error:
+        if isinstance(observer, LiveView):
+            observer.abort()
+        _fail_bad_input(error)
+    except KeyboardInterrupt:
+        if isinstance(observer, LiveView):
+            observer.abort()
+        error_console.print(f"interrupted; finished rounds are in {run_dir}")
+        raise typer.Exit(130)
+    except Exception as error:  # a failure during the run: say what and where the partial logs are
+        if isinstance(observer, LiveView):
+            observer.abort()
+        error_console.print(f"[bold red]run failed:[/] {type(error).__name__}: {error}", highlight=False)
+        error_console.print(f"finished rounds are in {run_dir}")
+        raise typer.Exit(EXIT_RUN_FAILED)
+    if quiet:
+        print(summary.run_dir)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Reading a scenario: YAML (safe_load only), `--set` overrides, env-var expansion,
+and turning pydantic's errors into messages that name the key path and the fix."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.errors import ScenarioError
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def read_scenario_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: the top level must be a mapping of keys (name:, seed:, dataset:, ...)")
+    return raw
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`dataset.root=/data` -> (["dataset", "root"], "/data"); the value is read as YAML."""
+    key, sep, value_text = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set protocol.rounds=5")
+    parts = key.split(".")
+    if any(not part for part in parts):
+        raise ScenarioError(f"--set {text!r}: {key!r} is not a dotted key path such as protocol.rounds")
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
+    return parts, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    merged = _deep_copy(raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = merged
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = {}
+                node[part] = child
+            if not isinstance(child, dict):
+                prefix = ".".join(parts[: depth + 1])
+                raise ScenarioError(f"--set {text!r}: {prefix} holds a value, not a section of keys")
+            node = child
+        node[parts[-1]] = value
+    return merged
+
+
+def expand_env(value: Any, key_path: str = "") -> Any:
+    """Expand $VAR and ${VAR} in every string; an unset variable is an error naming the key."""
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{key_path}.{k}" if key_path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{key_path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1) or match.group(2)
+            if name not in os.environ:
+                raise ScenarioError(
+                    f"{key_path}: {value!r} uses the environment variable {name}, which is not set "
+                    f"(export {name}=... or override with --set {key_path}=...)"
+                )
+            return os.environ[name]
+
+        return _ENV_PATTERN.sub(replace, value)
+    return value
+
+
+def build_scenario(raw: dict[str, Any], source: str = "scenario") -> Scenario:
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, raw, source)) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    raw = read_scenario_file(path)
+    raw = apply_overrides(raw, overrides or [])
+    raw = expand_env(raw)
+    return build_scenario(raw, source=str(path))
+
+
+def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: str) -> str:
+    lines = [f"{source}: invalid scenario"]
+    for error in exc.errors():
+        location = [str(part) for part in error["loc"]]
+        # The discriminated union adds the tag ("hdcfl") as a path element; drop it.
+        if len(location) >= 2 and location[0] == "algorithm" and location[1] in ("fedavg_se", "hdcfl"):
+            location = [location[0], *location[2:]]
+        key_path = ".".join(location)
+        kind = error["type"]
+        message = error["msg"].removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            section = ".".join(location[:-1])
+            allowed = _allowed_keys(location[:-1], raw)
+            where = f"in {section}" if section else "at the top level"
+            lines.append(f"  {key_path}: unknown key {where}; allowed keys: {', '.join(allowed)}")
+        elif kind == "missing":
+            lines.append(f"  {key_path}: required key is missing")
+        elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
+            value = _lookup(raw, location + ["name"])
+            lines.append(
+                f"  {key_path}.name: {value!r} is not a known algorithm; choose one of: fedavg_se, hdcfl"
+            )
+        elif location:
+            value = _lookup(raw, location)
+            shown = "" if value is _MISSING else f" {value!r}:"
+            lines.append(f"  {key_path}:{shown} {message}")
+        else:
+            lines.append(f"  {message}")
+    return "\n".join(lines)
+
+
+_MISSING = object()
+
+
+def _lookup(raw: Any, location: list[str]) -> Any:
+    node = raw
+    for part in location:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def _allowed_keys(section: list[str], raw: dict[str, Any]) -> list[str]:
+    from hdcfl_ray.config import schema
+
+    model: Any = schema.Scenario
+    for part in section:
+        if part == "algorithm":
+            name = _lookup(raw, ["algorithm", "name"])
+            model = schema.HDCFLAlgorithm if name == "hdcfl" else schema.FedAvgSEAlgorithm
+            continue
+        field = model.model_fields.get(part)
+        if field is None or not isinstance(field.annotation, type):
+            return []
+        model = field.annotation
+    return sorted(model.model_fields)
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def scenario_to_yaml(scenario: Scenario) -> str:
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,198 @@
+"""The scenario schema: one frozen, validated object that describes a run.
+
+Every section forbids unknown keys so a typo stops the run before Ray starts.
+Checks that need the dataset (k against the number of classes, data paths) live
+in `hdcfl_ray.config.dataset_checks`; this module checks what a file alone can.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DATASET_NAMES = ("digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic")
+ALGORITHM_NAMES = ("fedavg_se", "hdcfl")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(Section):
+    name: Literal["digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic"] = "digits"
+    # Folder or file the data lives in; required for parquet_images and image_folder,
+    # optional for cifar10/cifar100 (defaults to ./data).
+    path: str | None = None
+    download: bool = False
+    # digits has no test split: this fraction of it is held out as the test split.
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    image_column: str = "image"
+    label_column: str = "label"
+    # Parquet tables: file names inside `path`, relative.
+    train_file: str = "train.parquet"
+    test_file: str = "test.parquet"
+    # Use only the first N training images (after a seeded shuffle); null = all.
+    max_train_samples: int | None = Field(None, ge=1)
+    max_test_samples: int | None = Field(None, ge=1)
+    # synthetic source
+    num_classes: int = Field(10, ge=2)
+    image_size: int = Field(16, ge=4)
+    channels: Literal[1, 3] = 3
+    train_samples: int = Field(2000, ge=10)
+    test_samples: int = Field(500, ge=10)
+
+
+class PartitionConfig(Section):
+    kind: Literal["iid", "label_subset", "dirichlet", "rotation"] = "iid"
+    num_clients: int = Field(20, ge=1)
+    # label_subset: classes per client
+    k: int | None = Field(None, ge=1)
+    # dirichlet: concentration and minimum training samples per client
+    alpha: float | None = Field(None, gt=0.0)
+    min_samples: int = Field(10, ge=1)
+    # rotation: one angle per group, in degrees; clients are spread round-robin over groups
+    angles: tuple[float, ...] = (0.0, 90.0, 180.0, 270.0)
+    # per-client test set size drawn from the test split with the client's class
+    # proportions; null = the client's share of the test split (test size / K).
+    test_per_client: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _kind_parameters(self) -> "PartitionConfig":
+        if self.kind == "label_subset" and self.k is None:
+            raise ValueError("partition.k is required when partition.kind is label_subset (classes per client, e.g. 2)")
+        if self.kind == "dirichlet" and self.alpha is None:
+            raise ValueError("partition.alpha is required when partition.kind is dirichlet (e.g. 0.3)")
+        if self.kind == "rotation" and len(self.angles) == 0:
+            raise ValueError("partition.angles must list at least one angle in degrees")
+        return self
+
+
+class ModelConfig(Section):
+    encoder: Literal["small_cnn", "resnet18_cifar", "mobilenet_v2"] = "small_cnn"
+    # Local file with encoder weights (a state dict saved by torch.save); loaded
+    # with weights_only=True. Nothing is fetched from a hub.
+    pretrained: str | None = None
+    # width multiplier of the small CNN (channels); feature dimension of its output
+    width: int = Field(32, ge=4)
+    feature_dim: int = Field(128, ge=8)
+
+
+class HDCFLParams(Section):
+    descriptor: Literal["lowrank", "raw"] = "lowrank"
+    rank: int = Field(8, ge=1)
+    groups: int = Field(4, ge=1)
+    membership: Literal["soft", "hard"] = "soft"
+    temperature: float = Field(1.0, gt=0.0)
+    mix: float = Field(1.0, ge=0.0, le=1.0)
+    prototypes: Literal["hard", "soft"] = "hard"
+    # first refresh round; null = 20% of the rounds (at least round 1)
+    activation_round: int | None = Field(None, ge=1)
+    refresh_every: int = Field(10, ge=1)
+    kmeans_init: int = Field(10, ge=1)
+
+
+class FedAvgSEParams(Section):
+    pass
+
+
+class FedAvgSEAlgorithm(FedAvgSEParams):
+    name: Literal["fedavg_se"]
+
+
+class HDCFLAlgorithm(HDCFLParams):
+    name: Literal["hdcfl"]
+
+
+AlgorithmConfig = Annotated[Union[FedAvgSEAlgorithm, HDCFLAlgorithm], Field(discriminator="name")]
+
+
+class OptimizerConfig(Section):
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.05, gt=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(5.0e-4, ge=0.0)
+
+
+class ProtocolConfig(Section):
+    mode: Literal["sync"] = "sync"
+    rounds: int = Field(20, ge=1)
+    # fraction of clients per round in (0, 1], or an integer count >= 1
+    participation: float | int = 1.0
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    optimizer: OptimizerConfig = OptimizerConfig()
+    # evaluate every client every N rounds (and always at the last round)
+    eval_every: int = Field(1, ge=1)
+
+    @field_validator("participation")
+    @classmethod
+    def _participation_range(cls, value: float | int) -> float | int:
+        if isinstance(value, bool):
+            raise ValueError("must be a fraction in (0, 1] or a client count >= 1")
+        if isinstance(value, float) and not 0.0 < value <= 1.0:
+            raise ValueError(f"{value} is not a fraction in (0, 1]; use a fraction such as 0.5 or an integer count")
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"{value} clients per round: use a count >= 1 or a fraction in (0, 1]")
+        return value
+
+
+class RuntimeConfig(Section):
+    # null = start a local Ray instance; "auto" or "ray://host:port" = join a cluster
+    address: str | None = None
+    # "auto" packs clients onto as many host actors as the CPUs allow
+    clients_per_actor: int | Literal["auto"] = "auto"
+    # upper bound on client host actors (null = as many as resources allow)
+    max_actors: int | None = Field(None, ge=1)
+    num_cpus_per_actor: float = Field(1.0, gt=0.0)
+    num_gpus_per_actor: float = Field(0.0, ge=0.0)
+    # CPUs given to a local Ray instance (null = all cores)
+    num_cpus: int | None = Field(None, ge=1)
+    include_dashboard: bool = False
+    dashboard_host: str = "127.0.0.1"
+
+    @field_validator("clients_per_actor")
+    @classmethod
+    def _positive_packing(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"{value} is not allowed: use an integer >= 1 or 'auto'")
+        return value
+
+
+class OutputConfig(Section):
+    dir: str = "runs"
+
+
+class Scenario(Section):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    seed: int = 42
+    dataset: DatasetConfig = DatasetConfig()
+    partition: PartitionConfig = PartitionConfig()
+    model: ModelConfig = ModelConfig()
+    algorithm: AlgorithmConfig
+    protocol: ProtocolConfig = ProtocolConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="after")
+    def _cross_section_checks(self) -> "Scenario":
+        participation = self.protocol.participation
+        if isinstance(participation, int) and participation > self.partition.num_clients:
+            raise ValueError(
+                f"protocol.participation: {participation} clients per round is more than "
+                f"partition.num_clients = {self.partition.num_clients}"
+            )
+        if isinstance(self.algorithm, HDCFLAlgorithm):
+            activation = self.algorithm.activation_round
+            if activation is not None and activation > self.protocol.rounds:
+                raise ValueError(
+                    f"algorithm.activation_round: {activation} is after the last round "
+                    f"(protocol.rounds = {self.protocol.rounds}); choose 1..{self.protocol.rounds}"
+                )
+        return self
+
+    def clients_per_round(self) -> int:
+        participation = self.protocol.participation
+        if isinstance(participation, int):
+            return participation
+        return max(1, round(participation * self.partition.num_clients))

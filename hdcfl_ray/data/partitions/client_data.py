@@ -1,0 +1,36 @@
+"""What a partition produces: each client's sample indices, transform and true group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ClientData:
+    client_id: int
+    train_indices: np.ndarray  # int64 indices into the train split
+    test_indices: np.ndarray  # int64 indices into the test split
+    rotation_degrees: float  # applied to this client's train and test images alike
+    true_group: int | None  # planted group (rotation angle index, class-set id) when one exists
+
+    @property
+    def num_train(self) -> int:
+        return int(self.train_indices.shape[0])
+
+
+@dataclass(frozen=True)
+class Partition:
+    clients: tuple[ClientData, ...]
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def true_groups(self) -> np.ndarray | None:
+        """Planted group per client, or None when the partition has no groups."""
+        groups = [client.true_group for client in self.clients]
+        if any(group is None for group in groups):
+            return None
+        return np.asarray(groups, dtype=np.int64)

@@ -1,0 +1,77 @@
+"""Data sources: `load_dataset` turns a DatasetConfig into one decoded ImageDataset."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hdcfl_ray.config.schema import DatasetConfig
+from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.cifar import CIFAR10, CIFAR100, load_cifar
+from hdcfl_ray.data.sources.digits import load_digits_dataset
+from hdcfl_ray.data.sources.image_folder import load_image_folder
+from hdcfl_ray.data.sources.parquet_images import load_parquet_images
+from hdcfl_ray.data.sources.synthetic import make_synthetic
+from hdcfl_ray.errors import ScenarioError
+
+__all__ = ["dataset_num_classes_hint", "load_dataset"]
+
+
+def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
+    """Build the configured dataset, then keep at most max_train/test_samples of it (seeded)."""
+    dataset = _load_source(config, seed)
+    train_seed, test_seed = np.random.SeedSequence(seed).spawn(2)
+    train_keep = _seeded_subset(dataset.train_labels.shape[0], config.max_train_samples, train_seed)
+    test_keep = _seeded_subset(dataset.test_labels.shape[0], config.max_test_samples, test_seed)
+    if train_keep is None and test_keep is None:
+        return dataset
+    changes: dict[str, np.ndarray] = {}
+    if train_keep is not None:
+        changes.update(train_images=dataset.train_images[train_keep], train_labels=dataset.train_labels[train_keep])
+    if test_keep is not None:
+        changes.update(test_images=dataset.test_images[test_keep], test_labels=dataset.test_labels[test_keep])
+    return dataclasses.replace(dataset, **changes)
+
+
+def dataset_num_classes_hint(config: DatasetConfig) -> int | None:
+    """The number of classes when it is known without reading any data, else None."""
+    known = {"digits": 10, "cifar10": 10, "cifar100": 100, "synthetic": config.num_classes}
+    return known.get(config.name)
+
+
+_PATH_EXPECTED = {
+    "parquet_images": "the folder holding train.parquet and test.parquet (or the train file itself)",
+    "image_folder": "the folder with one sub-folder of images per class",
+}
+
+
+def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
+    if config.name == "digits":
+        return load_digits_dataset(config.test_fraction, seed)
+    if config.name == "cifar10":
+        return load_cifar(CIFAR10, config.path, config.download)
+    if config.name == "cifar100":
+        return load_cifar(CIFAR100, config.path, config.download)
+    if config.name == "synthetic":
+        return make_synthetic(
+            config.num_classes, config.image_size, config.channels, config.train_samples, config.test_samples, seed
+        )
+    if config.path is None:
+        raise ScenarioError(
+            f"dataset.path is required when dataset.name is {config.name}: set it to {_PATH_EXPECTED[config.name]}"
+        )
+    if config.name == "parquet_images":
+        return load_parquet_images(
+            config.path, config.image_column, config.label_column, config.train_file, config.test_file
+        )
+    if config.name == "image_folder":
+        return load_image_folder(config.path, config.test_fraction, seed)
+    raise ScenarioError(f"dataset.name: unknown source {config.name!r}")
+
+
+def _seeded_subset(size: int, keep: int | None, seed: np.random.SeedSequence) -> np.ndarray | None:
+    """Indices of `keep` samples picked by a seeded shuffle, in their original order."""
+    if keep is None or keep >= size:
+        return None
+    return np.sort(np.random.default_rng(seed).permutation(size)[:keep])

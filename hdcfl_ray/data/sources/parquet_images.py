@@ -1,0 +1,152 @@
+"""Image tables in the Hugging Face Parquet layout: an encoded-image column and an integer label column."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.decode import ImageSource, decode_images
+from hdcfl_ray.errors import ScenarioError
+
+CLASSES_METADATA_KEY = b"classes"
+
+
+def load_parquet_images(
+    path: str | Path,
+    image_column: str = "image",
+    label_column: str = "label",
+    train_file: str = "train.parquet",
+    test_file: str = "test.parquet",
+) -> ImageDataset:
+    """Decode a train and a test table, found from a folder or from the train file itself.
+
+    `path` is a folder holding `train_file` and `test_file`, or the train file, whose
+    test table is the sibling named like it with "train" replaced by "test", else `test_file`.
+    Class names come from the schema metadata key `classes` (a JSON list) when present.
+    """
+    train_path, test_path = _locate_tables(Path(path), train_file, test_file)
+    train_images, train_labels, train_schema = _read_table(train_path, image_column, label_column)
+    test_images, test_labels, _ = _read_table(test_path, image_column, label_column)
+    if train_images.shape[1:] != test_images.shape[1:]:
+        raise ScenarioError(
+            f"dataset.path: {train_path} holds images of shape {train_images.shape[1:]} but {test_path} "
+            f"holds {test_images.shape[1:]}; both splits must share one image size and colour mode"
+        )
+    largest_label = int(max(train_labels.max(), test_labels.max()))
+    classes = _class_names(train_schema, train_path, largest_label)
+    return ImageDataset(
+        name=(train_path.parent.name or "parquet_images"),
+        train_images=train_images,
+        train_labels=train_labels,
+        test_images=test_images,
+        test_labels=test_labels,
+        classes=classes,
+    )
+
+
+def _locate_tables(path: Path, train_file: str, test_file: str) -> tuple[Path, Path]:
+    if path.is_dir():
+        train_path, test_candidates = path / train_file, [path / test_file]
+    elif path.is_file():
+        train_path = path
+        test_candidates = [path.with_name(path.name.replace("train", "test"))] if "train" in path.name else []
+        test_candidates.append(path.with_name(test_file))
+    else:
+        raise ScenarioError(
+            f"dataset.path: {path} does not exist; expected a folder holding {train_file} and "
+            f"{test_file} (dataset.train_file / dataset.test_file), or the train Parquet file itself"
+        )
+    if not train_path.is_file():
+        raise ScenarioError(
+            f"dataset.path: no {train_file} in {path}; expected the train table there "
+            f"(or set dataset.train_file to its name)"
+        )
+    for candidate in test_candidates:
+        if candidate != train_path and candidate.is_file():
+            return train_path, candidate
+    tried = ", ".join(str(candidate) for candidate in test_candidates if candidate != train_path)
+    raise ScenarioError(
+        f"dataset.path: no test table next to {train_path} (tried {tried}); put it there "
+        f"or set dataset.test_file to its name"
+    )
+
+
+def _schema(path: Path) -> pa.Schema:
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ScenarioError(f"dataset.path: {path} is not a readable Parquet file ({error})") from error
+
+
+def _read_table(path: Path, image_column: str, label_column: str) -> tuple[np.ndarray, np.ndarray, pa.Schema]:
+    schema = _schema(path)
+    present = ", ".join(schema.names)
+    for key, column in (("dataset.image_column", image_column), ("dataset.label_column", label_column)):
+        if column not in schema.names:
+            raise ScenarioError(f"{key}: {path} has no column {column!r}; its columns are: {present}")
+    table = pq.read_table(path, columns=[image_column, label_column])
+    if table.num_rows == 0:
+        raise ScenarioError(f"dataset.path: {path} has no rows")
+    labels = _labels(table.column(label_column), path, label_column)
+    sources = _encoded_images(table.column(image_column), path, image_column)
+    images = decode_images(sources, lambda row: f"{path} row {row} ({image_column!r})")
+    return images, labels, schema
+
+
+def _labels(column: pa.ChunkedArray, path: Path, name: str) -> np.ndarray:
+    if not pa.types.is_integer(column.type):
+        raise ScenarioError(f"dataset.label_column: column {name!r} of {path} holds {column.type}, not integer labels")
+    if column.null_count:
+        raise ScenarioError(f"dataset.label_column: column {name!r} of {path} has {column.null_count} missing labels")
+    labels = column.to_numpy().astype(np.int64)
+    if labels.min() < 0:
+        raise ScenarioError(f"dataset.label_column: column {name!r} of {path} has negative labels; use 0..C-1")
+    return labels
+
+
+def _encoded_images(column: pa.ChunkedArray, path: Path, name: str) -> list[ImageSource]:
+    kind = column.type
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        blobs: list[bytes | None] = column.to_pylist()
+        image_paths: list[str | None] = [None] * len(blobs)
+    elif pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0:
+        combined = column.combine_chunks()
+        blobs = combined.field("bytes").to_pylist()
+        has_paths = kind.get_field_index("path") >= 0
+        image_paths = combined.field("path").to_pylist() if has_paths else [None] * len(blobs)
+    else:
+        raise ScenarioError(
+            f"dataset.image_column: column {name!r} of {path} holds {kind}; expected encoded image "
+            f"bytes (binary) or a struct with a 'bytes' field"
+        )
+    sources: list[ImageSource] = []
+    for row, (blob, image_path) in enumerate(zip(blobs, image_paths)):
+        if blob is not None:
+            sources.append(blob)
+        elif image_path is not None:
+            # Tables that reference images instead of embedding them use paths relative to the table.
+            sources.append(path.parent / image_path)
+        else:
+            raise ScenarioError(f"dataset.image_column: {path} row {row} has no image bytes and no path")
+    return sources
+
+
+def _class_names(schema: pa.Schema, path: Path, largest_label: int) -> tuple[str, ...]:
+    metadata = schema.metadata or {}
+    if CLASSES_METADATA_KEY not in metadata:
+        return tuple(str(label) for label in range(largest_label + 1))
+    try:
+        names = json.loads(metadata[CLASSES_METADATA_KEY])
+    except json.JSONDecodeError as error:
+        raise ScenarioError(f"dataset.path: {path}: schema metadata 'classes' is not JSON ({error})") from error
+    if not isinstance(names, list) or len(names) <= largest_label:
+        raise ScenarioError(
+            f"dataset.path: {path}: schema metadata 'classes' must be a JSON list naming labels "
+            f"0..{largest_label}; it holds {names!r:.200}"
+        )
+    return tuple(str(name) for name in names)

@@ -1,0 +1,42 @@
+"""The per-batch conversion from stored uint8 images to the float tensors a model reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as tvf
+
+# (x / 255 - 0.5) / 0.5 folded into one multiply-add: every channel has mean 0.5, std 0.5.
+_SCALE = 2.0 / 255.0
+_SHIFT = -1.0
+
+
+def to_float_batch(images: np.ndarray | torch.Tensor, rotation_degrees: float = 0.0) -> torch.Tensor:
+    """uint8 (B, H, W, C) -> float32 (B, C, H, W) in [-1, 1], rotated counter-clockwise.
+
+    Multiples of 90 degrees rotate exactly (pixels move, none are interpolated);
+    other angles are bilinear with black corners. A tensor input stays on its device.
+    """
+    if images.dtype not in (np.uint8, torch.uint8):
+        raise TypeError(f"to_float_batch expects uint8 images, got {images.dtype}")
+    if images.ndim != 4:
+        raise ValueError(f"to_float_batch expects (B, H, W, C) images, got shape {tuple(images.shape)}")
+    if isinstance(images, np.ndarray):
+        # astype copies, so read-only arrays from the object store never reach torch.from_numpy.
+        batch = torch.from_numpy(images.astype(np.float32))
+    else:
+        batch = images.to(torch.float32)
+    batch = batch.permute(0, 3, 1, 2).contiguous()
+    batch = _rotate(batch, rotation_degrees)
+    return batch.mul_(_SCALE).add_(_SHIFT)
+
+
+def _rotate(batch: torch.Tensor, degrees: float) -> torch.Tensor:
+    quarter_turns = round(degrees / 90.0)
+    if abs(degrees - 90.0 * quarter_turns) < 1e-9:
+        if quarter_turns % 4 == 0:
+            return batch
+        return torch.rot90(batch, quarter_turns % 4, dims=(2, 3))
+    # Rotating raw pixel values makes the fill value 0 mean black, as it would for a photo.
+    return tvf.rotate(batch, float(degrees), interpolation=InterpolationMode.BILINEAR, fill=0.0)

@@ -1,0 +1,60 @@
+"""Client-to-group memberships pi_kg (spec/hdcfl.md, section 4).
+
+Soft memberships are a softmax over negative squared distances to the centroids,
+at a temperature set by the grouping's own spread, so tau = 1 means the same
+softness whatever the scale of the descriptors. Hard memberships are one-hot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TEMPERATURE_FLOOR = 1e-8
+
+
+def soft_memberships(descriptors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, temperature: float) -> np.ndarray:
+    """pi_kg = softmax_g(-||z_k - mu_g||^2 / T), T = tau * mean_k ||z_k - mu_{c_k}||^2.
+
+    T is floored at 1e-8 so a perfect grouping (every client on its centroid)
+    gives near-one-hot rows instead of a division by zero. Returns (K, G) float64
+    with rows summing to 1.
+    """
+    points = np.asarray(descriptors, dtype=np.float64)
+    centres = np.asarray(centroids, dtype=np.float64)
+    if points.ndim != 2 or centres.ndim != 2 or points.shape[1] != centres.shape[1]:
+        raise ValueError(f"descriptors {points.shape} and centroids {centres.shape} must be (K, r) and (G, r)")
+    if centres.shape[0] == 0:
+        raise ValueError("centroids must hold at least one group")
+    label_array = _check_labels(labels, points.shape[0], centres.shape[0])
+    if not np.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+
+    squared_distances = np.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=2)
+    within_group = squared_distances[np.arange(points.shape[0]), label_array]
+    scale = max(float(temperature) * float(np.mean(within_group)), TEMPERATURE_FLOOR)
+    logits = -squared_distances / scale
+    # Shifting by the row maximum keeps exp() in range; the softmax is unchanged.
+    logits -= logits.max(axis=1, keepdims=True)
+    weights = np.exp(logits)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def hard_memberships(labels: np.ndarray, groups: int) -> np.ndarray:
+    """One-hot rows: pi_kg = 1 if c_k == g else 0, as (K, groups) float64."""
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ValueError(f"groups must be a positive integer, got {groups!r}")
+    label_array = _check_labels(labels, None, int(groups))
+    memberships = np.zeros((label_array.shape[0], int(groups)), dtype=np.float64)
+    memberships[np.arange(label_array.shape[0]), label_array] = 1.0
+    return memberships
+
+
+def _check_labels(labels: np.ndarray, num_clients: int | None, groups: int) -> np.ndarray:
+    label_array = np.asarray(labels)
+    if label_array.ndim != 1 or not np.issubdtype(label_array.dtype, np.integer):
+        raise ValueError(f"labels must be a 1-D integer array, got {label_array.dtype} of shape {label_array.shape}")
+    if num_clients is not None and label_array.shape[0] != num_clients:
+        raise ValueError(f"got {label_array.shape[0]} labels for {num_clients} clients")
+    if label_array.size and (label_array.min() < 0 or label_array.max() >= groups):
+        raise ValueError(f"labels must lie in 0..{groups - 1}, got values {sorted(set(label_array.tolist()))}")
+    return label_array.astype(np.int64)

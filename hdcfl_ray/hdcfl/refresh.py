@@ -1,0 +1,94 @@
+"""One HDC-FL refresh on the server's cache: descriptors, grouping, memberships,
+prototypes and the grouping's silhouette (spec/hdcfl.md, sections 1-4).
+
+The caller stacks the cache in a fixed client order (row k is the same client in
+every array) and maps the rows back to client ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from hdcfl_ray.diagnostics.clustering import silhouette
+from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
+from hdcfl_ray.hdcfl.grouping import group_clients
+from hdcfl_ray.hdcfl.membership import hard_memberships, soft_memberships
+from hdcfl_ray.hdcfl.prototypes import group_prototypes
+
+
+class RefreshParams(Protocol):
+    """The HDC-FL settings a refresh reads (the scenario's HDCFLParams fits)."""
+
+    descriptor: str  # "lowrank" | "raw"
+    rank: int
+    groups: int
+    membership: str  # "soft" | "hard"
+    temperature: float
+    prototypes: str  # "hard" | "soft"
+    kmeans_init: int
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    """Everything one refresh decides; G = G_eff <= params.groups."""
+
+    descriptors: np.ndarray  # (K, effective_rank)
+    labels: np.ndarray  # (K,) int64, canonical
+    centroids: np.ndarray  # (G, effective_rank)
+    memberships: np.ndarray  # (K, G), rows sum to 1
+    prototypes: np.ndarray  # (G, De) float32
+    effective_rank: int
+    silhouette: float  # NaN when undefined (G < 2 or G == K)
+
+
+def refresh_groups(heads: np.ndarray, encoders: np.ndarray, sample_counts: np.ndarray, params: RefreshParams, seed: int) -> RefreshResult:
+    """Group the K cached clients by their heads and build one encoder prototype per group."""
+    _check_params(params)
+    head_stack, encoder_stack = np.asarray(heads), np.asarray(encoders)
+    if head_stack.ndim != 2 or encoder_stack.ndim != 2 or head_stack.shape[0] != encoder_stack.shape[0]:
+        raise ValueError(f"heads {head_stack.shape} and encoders {encoder_stack.shape} must be (K, Dh) and (K, De)")
+
+    if params.descriptor == "lowrank":
+        descriptors = lowrank_descriptors(head_stack, params.rank)
+    else:
+        descriptors = raw_descriptors(head_stack)
+    grouping = group_clients(descriptors.vectors, params.groups, seed=seed, n_init=params.kmeans_init)
+    num_groups = grouping.centroids.shape[0]
+    one_hot = hard_memberships(grouping.labels, num_groups)
+
+    if params.membership == "soft":
+        memberships = soft_memberships(descriptors.vectors, grouping.centroids, grouping.labels, params.temperature)
+    else:
+        memberships = one_hot
+    # Hard prototypes follow the k-means labels themselves, not the argmax of the
+    # soft rows, which could differ on a tie.
+    soft_prototypes = params.prototypes == "soft"
+    prototypes = group_prototypes(encoder_stack, sample_counts, memberships if soft_prototypes else one_hot, soft=soft_prototypes)
+
+    return RefreshResult(
+        descriptors=descriptors.vectors,
+        labels=grouping.labels,
+        centroids=grouping.centroids,
+        memberships=memberships,
+        prototypes=prototypes,
+        effective_rank=descriptors.effective_rank,
+        silhouette=silhouette(descriptors.vectors, grouping.labels),
+    )
+
+
+def _check_params(params: RefreshParams) -> None:
+    """Fail before any maths, naming the setting, its value and what is allowed."""
+    choices = {"descriptor": ("lowrank", "raw"), "membership": ("soft", "hard"), "prototypes": ("hard", "soft")}
+    for name, allowed in choices.items():
+        value = getattr(params, name)
+        if value not in allowed:
+            raise ValueError(f"hdcfl.{name}: {value!r} is not one of {', '.join(allowed)}")
+    for name in ("rank", "groups", "kmeans_init"):
+        value = getattr(params, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"hdcfl.{name}: {value!r} must be a positive integer")
+    if not params.temperature > 0:
+        raise ValueError(f"hdcfl.temperature: {params.temperature!r} must be positive")

@@ -1,0 +1,1 @@
+"""The run directory: resolved scenario, manifest and crash-safe Parquet tables."""

@@ -1,0 +1,156 @@
+"""Turn one round's report into rows of the clients, rounds, refresh and updates tables.
+
+Which reference a client's headline `accuracy` uses: the personalised mixture
+(c) once HDC-FL has refreshed and the client has a membership, the global
+encoder with the client's own head (a) otherwise (spec/hdcfl.md, "Evaluation
+references"). All three are logged beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hdcfl_ray.diagnostics.clustering import adjusted_rand, ari_between_refreshes, membership_entropy, personalisation_gain
+from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
+from hdcfl_ray.runtime.messages import EvalStats
+from hdcfl_ray.runtime.server import RoundReport
+
+NAN = float("nan")
+
+
+def _stat(stats: EvalStats | None, attribute: str) -> float:
+    return NAN if stats is None else float(getattr(stats, attribute))
+
+
+@dataclass
+class RoundRowBuilder:
+    """Keeps what diagnostics need across rounds (the previous refresh's groups)."""
+
+    client_hosts: dict[int, int]
+    true_groups: np.ndarray | None
+    previous_groups: dict[int, int] | None = None
+    refresh_count: int = 0
+    last_summary: dict[str, Any] = field(default_factory=dict)
+
+    def client_rows(self, report: RoundReport) -> list[dict[str, Any]]:
+        trained = {train.client_id: train for train in report.train_reports}
+        rows = []
+        for evaluation in report.eval_reports:
+            client_id = evaluation.client_id
+            train = trained.get(client_id)
+            personalised = evaluation.personalised_ref
+            headline, reference = (personalised, "personalized") if personalised is not None else (evaluation.global_ref, "global")
+            membership = report.memberships.get(client_id)
+            rows.append(
+                {
+                    "round": report.round_index,
+                    "client_id": client_id,
+                    "host": self.client_hosts[client_id],
+                    "participated": train is not None,
+                    "train_loss": NAN if train is None else train.train_loss,
+                    "num_samples": None if train is None else train.num_samples,
+                    "num_test_samples": evaluation.num_test_samples,
+                    "accuracy": headline.accuracy,
+                    "loss": headline.loss,
+                    "reference": reference,
+                    "accuracy_global": evaluation.global_ref.accuracy,
+                    "loss_global": evaluation.global_ref.loss,
+                    "accuracy_local": _stat(evaluation.local_ref, "accuracy"),
+                    "loss_local": _stat(evaluation.local_ref, "loss"),
+                    "accuracy_personalized": _stat(personalised, "accuracy"),
+                    "loss_personalized": _stat(personalised, "loss"),
+                    "group": report.group_labels.get(client_id),
+                    "true_group": None if self.true_groups is None else int(self.true_groups[client_id]),
+                    "memberships": None if membership is None else [float(v) for v in membership],
+                }
+            )
+        return rows
+
+    def round_row(self, report: RoundReport, client_rows: list[dict[str, Any]], wall_time_s: float, elapsed_s: float) -> dict[str, Any]:
+        losses = [train.train_loss for train in report.train_reports if train.accepted]
+        row: dict[str, Any] = {
+            "round": report.round_index,
+            "evaluated": bool(client_rows),
+            "num_participants": len(report.selected),
+            "num_rejected": len(report.rejected),
+            "mean_train_loss": float(np.mean(losses)) if losses else NAN,
+            "personalized": report.personalisation_active,
+            "wall_time_s": wall_time_s,
+            "elapsed_s": elapsed_s,
+        }
+        if client_rows:
+            headline = client_accuracy_summary(np.array([r["accuracy"] for r in client_rows], dtype=float))
+            global_ref = client_accuracy_summary(np.array([r["accuracy_global"] for r in client_rows], dtype=float))
+            local = np.array([r["accuracy_local"] for r in client_rows], dtype=float)
+            row.update(
+                mean_accuracy=headline["mean"],
+                worst_accuracy=headline["worst"],
+                bottom20_accuracy=headline["bottom20"],
+                best_accuracy=headline["best"],
+                gap=headline["gap"],
+                mean_accuracy_global=global_ref["mean"],
+                worst_accuracy_global=global_ref["worst"],
+                bottom20_accuracy_global=global_ref["bottom20"],
+                mean_accuracy_local=float(np.nanmean(local)) if np.isfinite(local).any() else NAN,
+            )
+            self.last_summary = dict(row)
+        return row
+
+    def refresh_row(self, report: RoundReport, client_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+        refresh = report.refresh
+        if refresh is None:
+            return None
+        client_ids = sorted(refresh.group_labels)
+        labels = np.array([refresh.group_labels[k] for k in client_ids])
+        memberships = np.stack([refresh.memberships[k] for k in client_ids])
+        entropy, entropy_normalised = membership_entropy(memberships)
+        ari_true = NAN
+        if self.true_groups is not None and len(client_ids) >= 2:
+            ari_true = adjusted_rand(self.true_groups[client_ids], labels)
+        ari_previous = NAN
+        if self.previous_groups is not None:
+            ari_previous = ari_between_refreshes(self.previous_groups, refresh.group_labels)
+        personalised = np.array([r["accuracy_personalized"] for r in client_rows], dtype=float)
+        global_acc = np.array([r["accuracy_global"] for r in client_rows], dtype=float)
+        gain, helped = personalisation_gain(personalised, global_acc) if client_rows else (NAN, NAN)
+        row = {
+            "round": report.round_index,
+            "refresh_index": self.refresh_count,
+            "descriptor": refresh.descriptor_kind,
+            "effective_rank": refresh.effective_rank,
+            "num_groups": refresh.num_groups,
+            "num_cached_clients": len(client_ids),
+            "group_sizes": [int((labels == g).sum()) for g in range(refresh.num_groups)],
+            "silhouette": _finite_or_nan(refresh.silhouette),
+            "ari_previous": ari_previous,
+            "ari_true": ari_true,
+            "membership_entropy": entropy,
+            "membership_entropy_normalized": entropy_normalised,
+            "personalization_gain": gain,
+            "fraction_helped": helped,
+        }
+        self.previous_groups = dict(refresh.group_labels)
+        self.refresh_count += 1
+        return row
+
+    @staticmethod
+    def update_rows(report: RoundReport) -> list[dict[str, Any]]:
+        return [
+            {
+                "round": report.round_index,
+                "client_id": train.client_id,
+                "status": "applied" if train.accepted else "rejected_nonfinite",
+                "train_loss": train.train_loss,
+                "num_samples": train.num_samples,
+                "steps": train.steps,
+            }
+            for train in report.train_reports
+        ]
+
+
+def _finite_or_nan(value: float) -> float:
+    return value if value is not None and math.isfinite(value) else NAN

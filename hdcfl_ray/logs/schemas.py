@@ -1,0 +1,88 @@
+"""Arrow schemas of the run tables (documented in docs/logs.md)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+CLIENTS_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("client_id", pa.int32()),
+        ("host", pa.int32()),
+        ("participated", pa.bool_()),
+        ("train_loss", pa.float64()),
+        ("num_samples", pa.int32()),
+        ("num_test_samples", pa.int32()),
+        ("accuracy", pa.float64()),
+        ("loss", pa.float64()),
+        ("reference", pa.string()),
+        ("accuracy_global", pa.float64()),
+        ("loss_global", pa.float64()),
+        ("accuracy_local", pa.float64()),
+        ("loss_local", pa.float64()),
+        ("accuracy_personalized", pa.float64()),
+        ("loss_personalized", pa.float64()),
+        ("group", pa.int32()),
+        ("true_group", pa.int32()),
+        ("memberships", pa.list_(pa.float64())),
+    ]
+)
+
+ROUNDS_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("evaluated", pa.bool_()),
+        ("num_participants", pa.int32()),
+        ("num_rejected", pa.int32()),
+        ("mean_train_loss", pa.float64()),
+        ("mean_accuracy", pa.float64()),
+        ("worst_accuracy", pa.float64()),
+        ("bottom20_accuracy", pa.float64()),
+        ("best_accuracy", pa.float64()),
+        ("gap", pa.float64()),
+        ("mean_accuracy_global", pa.float64()),
+        ("worst_accuracy_global", pa.float64()),
+        ("bottom20_accuracy_global", pa.float64()),
+        ("mean_accuracy_local", pa.float64()),
+        ("personalized", pa.bool_()),
+        ("wall_time_s", pa.float64()),
+        ("elapsed_s", pa.float64()),
+    ]
+)
+
+REFRESH_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("refresh_index", pa.int32()),
+        ("descriptor", pa.string()),
+        ("effective_rank", pa.int32()),
+        ("num_groups", pa.int32()),
+        ("num_cached_clients", pa.int32()),
+        ("group_sizes", pa.list_(pa.int32())),
+        ("silhouette", pa.float64()),
+        ("ari_previous", pa.float64()),
+        ("ari_true", pa.float64()),
+        ("membership_entropy", pa.float64()),
+        ("membership_entropy_normalized", pa.float64()),
+        ("personalization_gain", pa.float64()),
+        ("fraction_helped", pa.float64()),
+    ]
+)
+
+UPDATES_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("client_id", pa.int32()),
+        ("status", pa.string()),
+        ("train_loss", pa.float64()),
+        ("num_samples", pa.int32()),
+        ("steps", pa.int32()),
+    ]
+)
+
+TABLE_SCHEMAS = {
+    "clients": CLIENTS_SCHEMA,
+    "rounds": ROUNDS_SCHEMA,
+    "refresh": REFRESH_SCHEMA,
+    "updates": UPDATES_SCHEMA,
+}

@@ -1,0 +1,129 @@
+"""Loading encoder weights from a local file named by `model.pretrained`.
+
+Files are read with `torch.load(weights_only=True)`, so a file can hold tensors
+and plain containers but never code. Nothing is downloaded: a missing file is a
+scenario error with the fix in the message.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hdcfl_ray.errors import ScenarioError
+
+# Checkpoints often wrap the state dict under one of these keys.
+WRAPPER_KEYS = ("state_dict", "encoder")
+# Prefixes left by saving a whole model (`encoder.`) or a DataParallel wrapper (`module.`).
+STRIPPED_PREFIXES = ("module.", "encoder.")
+KEY_PREVIEW = 5
+
+
+@dataclass(frozen=True)
+class PretrainedLoad:
+    """What a load matched: encoder keys the file did not provide, and file keys the encoder has no use for."""
+
+    path: str
+    loaded_keys: tuple[str, ...]
+    missing_keys: tuple[str, ...]
+    unexpected_keys: tuple[str, ...]
+
+
+def load_pretrained_encoder(encoder: nn.Module, path: str) -> PretrainedLoad:
+    """Copy the matching tensors of the file at `path` into `encoder`; raise ScenarioError if none match."""
+    file_state = _encoder_state_from_file(path)
+    encoder_state = encoder.state_dict()
+    encoder_keys = set(encoder_state)
+    loaded = sorted(key for key in file_state if key in encoder_keys)
+    if not loaded:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' has no tensor whose name matches the encoder "
+            f"(file keys such as {_preview(file_state)}; encoder keys such as {_preview(encoder_keys)}). "
+            "Save the weights with torch.save(encoder.state_dict()) from the same model.encoder and width"
+        )
+    mismatched = [
+        f"{key} {tuple(file_state[key].shape)} vs {tuple(encoder_state[key].shape)}"
+        for key in loaded
+        if file_state[key].shape != encoder_state[key].shape
+    ]
+    if mismatched:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' has tensors of the wrong shape for the encoder (file vs encoder: "
+            f"{'; '.join(mismatched[:KEY_PREVIEW])}). "
+            "Check that model.encoder, model.width and model.feature_dim match the saved encoder"
+        )
+    try:
+        result = encoder.load_state_dict(file_state, strict=False)
+    except RuntimeError as error:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' does not fit the encoder ({_first_line(error)}). "
+            "Check that model.encoder, model.width and model.feature_dim match the saved encoder"
+        ) from error
+    return PretrainedLoad(
+        path=path,
+        loaded_keys=tuple(loaded),
+        missing_keys=tuple(result.missing_keys),
+        unexpected_keys=tuple(result.unexpected_keys),
+    )
+
+
+def _encoder_state_from_file(path: str) -> dict[str, torch.Tensor]:
+    if not Path(path).is_file():
+        raise ScenarioError(
+            f"model.pretrained: '{path}' does not exist (give a local weights file saved with "
+            "torch.save(encoder.state_dict()); nothing is downloaded)"
+        )
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' could not be read as a weights-only torch file ({_first_line(error)}). "
+            "It must hold tensors only, saved with torch.save(encoder.state_dict())"
+        ) from error
+    state = _unwrap(content, path)
+    tensors = {_strip_prefixes(str(key)): value for key, value in state.items() if isinstance(value, torch.Tensor)}
+    if not tensors:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' holds no tensors; save the weights with torch.save(encoder.state_dict())"
+        )
+    return tensors
+
+
+def _unwrap(content: object, path: str) -> Mapping[object, object]:
+    if not isinstance(content, Mapping):
+        raise ScenarioError(
+            f"model.pretrained: '{path}' holds a {type(content).__name__}, not a state dict; "
+            "save the weights with torch.save(encoder.state_dict())"
+        )
+    for wrapper_key in WRAPPER_KEYS:
+        inner = content.get(wrapper_key)
+        if isinstance(inner, Mapping):
+            return inner
+    return content
+
+
+def _strip_prefixes(key: str) -> str:
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in STRIPPED_PREFIXES:
+            if key.startswith(prefix):
+                key = key[len(prefix) :]
+                stripped = True
+    return key
+
+
+def _preview(keys: Iterable[object]) -> str:
+    names = sorted(str(key) for key in keys)
+    shown = ", ".join(names[:KEY_PREVIEW])
+    return f"{shown}, ..." if len(names) > KEY_PREVIEW else shown
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,76 @@
+"""Ray actor wrappers: thin shells around ClientHost and FederatedServer."""
+
+from __future__ import annotations
+
+import numpy as np
+import ray
+
+from hdcfl_ray.algorithms.base import Algorithm, LocalTrainingPlan
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.server import FederatedServer
+
+ClientHostActor = ray.remote(ClientHost)
+ServerActor = ray.remote(FederatedServer)
+
+
+def start_hosts(
+    prepared,  # PreparedRun; untyped here to avoid an import cycle
+    client_hosts: dict[int, int],
+    num_hosts: int,
+    initial_head: np.ndarray,
+    plan: LocalTrainingPlan,
+) -> list:
+    scenario: Scenario = prepared.scenario
+    dataset = prepared.dataset
+    # One copy of every array in the object store; hosts on a node read it without copies.
+    train_images_ref = ray.put(dataset.train_images)
+    train_labels_ref = ray.put(dataset.train_labels)
+    test_images_ref = ray.put(dataset.test_images)
+    test_labels_ref = ray.put(dataset.test_labels)
+    clients_of_host: dict[int, list] = {host: [] for host in range(num_hosts)}
+    for client in prepared.partition.clients:
+        clients_of_host[client_hosts[client.client_id]].append(client)
+    options = {
+        "num_cpus": scenario.runtime.num_cpus_per_actor,
+        "num_gpus": scenario.runtime.num_gpus_per_actor,
+    }
+    hosts = [
+        ClientHostActor.options(**options, name=None).remote(
+            scenario,
+            train_images_ref,
+            train_labels_ref,
+            test_images_ref,
+            test_labels_ref,
+            clients_of_host[host_index],
+            initial_head,
+            dataset.num_classes,
+            plan,
+        )
+        for host_index in range(num_hosts)
+    ]
+    # Surface construction errors (and wait for torch to load) before round 1.
+    ray.get([host.client_ids.remote() for host in hosts])
+    return hosts
+
+
+def start_server(
+    scenario: Scenario,
+    algorithm: Algorithm,
+    hosts: list,
+    client_hosts: dict[int, int],
+    initial_encoder: np.ndarray,
+    num_clients: int,
+):
+    # The server mostly waits on clients; it takes no CPU slot away from them.
+    return ServerActor.options(num_cpus=0).remote(
+        algorithm,
+        hosts,
+        client_hosts,
+        initial_encoder,
+        num_clients,
+        scenario.clients_per_round(),
+        scenario.protocol.rounds,
+        scenario.protocol.eval_every,
+        scenario.seed,
+    )

@@ -1,0 +1,14 @@
+"""The seed-derived starting point: one global encoder and the head every client starts from."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.models import build_split_model, flatten_module
+
+
+def initial_parameters(scenario: Scenario, dataset: ImageDataset) -> tuple[np.ndarray, np.ndarray]:
+    model = build_split_model(scenario.model, in_channels=dataset.channels, num_classes=dataset.num_classes, seed=scenario.seed)
+    return flatten_module(model.encoder), flatten_module(model.head)

@@ -1,0 +1,105 @@
+"""Local SGD on one client's data and evaluation on its test set (plain torch, no Ray)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from hdcfl_ray.config.schema import OptimizerConfig
+from hdcfl_ray.models import SplitModel
+from hdcfl_ray.runtime.messages import EvalStats
+
+
+@dataclass(frozen=True)
+class TrainStats:
+    mean_loss: float
+    num_samples: int
+    steps: int
+    nonfinite: bool  # a NaN/Inf loss was seen: the update must not be trusted
+
+
+def make_optimizer(parameters: list[nn.Parameter], config: OptimizerConfig) -> torch.optim.Optimizer:
+    if config.name == "sgd":
+        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def train_locally(
+    model: SplitModel,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    optimizer_config: OptimizerConfig,
+    generator: torch.Generator,
+    train_head: bool = True,
+) -> TrainStats:
+    """Train encoder (and head unless frozen) jointly for `epochs` passes over the data.
+
+    `inputs` are already transformed float tensors on the model's device; the
+    generator alone decides the batch order, so a client's update does not depend
+    on which actor runs it.
+    """
+    model.encoder.train()
+    model.head.train()
+    parameters = list(model.encoder.parameters())
+    if train_head:
+        parameters += list(model.head.parameters())
+    for parameter in model.head.parameters():
+        parameter.requires_grad_(train_head)
+    optimizer = make_optimizer(parameters, optimizer_config)
+    loss_fn = nn.CrossEntropyLoss()
+    num_samples = int(inputs.shape[0])
+    total_loss = 0.0
+    seen = 0
+    steps = 0
+    nonfinite = False
+    for _ in range(epochs):
+        order = torch.randperm(num_samples, generator=generator).to(inputs.device)
+        for start in range(0, num_samples, batch_size):
+            batch = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model.head(model.encoder(inputs[batch])), labels[batch])
+            if not torch.isfinite(loss):
+                nonfinite = True
+                break
+            loss.backward()
+            optimizer.step()
+            total_loss += float(loss.detach()) * int(batch.shape[0])
+            seen += int(batch.shape[0])
+            steps += 1
+        if nonfinite:
+            break
+    for parameter in model.head.parameters():
+        parameter.requires_grad_(True)
+    mean_loss = total_loss / seen if seen else float("nan")
+    return TrainStats(mean_loss=mean_loss, num_samples=num_samples, steps=steps, nonfinite=nonfinite)
+
+
+@torch.no_grad()
+def evaluate(model: SplitModel, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 512) -> EvalStats:
+    num_samples = int(inputs.shape[0])
+    if num_samples == 0:
+        return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
+    model.encoder.eval()
+    model.head.eval()
+    loss_sum = 0.0
+    correct = 0
+    for start in range(0, num_samples, batch_size):
+        logits = model.head(model.encoder(inputs[start : start + batch_size]))
+        target = labels[start : start + batch_size]
+        loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
+        correct += int((logits.argmax(dim=1) == target).sum())
+    return EvalStats(accuracy=correct / num_samples, loss=loss_sum / num_samples, num_samples=num_samples)
+
+
+def client_generator(seed: int, client_id: int, round_index: int) -> torch.Generator:
+    """A generator fixed by (run seed, client, round) alone."""
+    entropy = np.random.SeedSequence([seed, client_id, round_index, 0x7EA1]).generate_state(1)[0]
+    generator = torch.Generator()
+    generator.manual_seed(int(entropy))
+    return generator

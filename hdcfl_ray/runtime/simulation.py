@@ -1,0 +1,171 @@
+"""The driver side of a run: prepare data (before Ray), start actors, loop over
+rounds, write the run directory, report progress to an observer."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import ray
+
+from hdcfl_ray.algorithms import build_algorithm
+from hdcfl_ray.config.loading import scenario_to_yaml
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.partitions import build_partition, check_partition_against_dataset
+from hdcfl_ray.data.partitions.client_data import Partition
+from hdcfl_ray.data.sources import load_dataset
+from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.logs.manifest import update_manifest, write_manifest
+from hdcfl_ray.logs.round_rows import RoundRowBuilder
+from hdcfl_ray.logs.table_writer import TableWriter
+from hdcfl_ray.runtime.placement import assign_clients, count_hosts
+from hdcfl_ray.runtime.ray_session import RaySession
+
+
+class RunObserver(Protocol):
+    def on_start(self, scenario: Scenario, run_dir: Path, num_hosts: int) -> None: ...
+
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None) -> None: ...
+
+    def on_finish(self, summary: "RunSummary") -> None: ...
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    scenario: Scenario
+    dataset: ImageDataset
+    partition: Partition
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: Path
+    rounds: int
+    final_round: dict[str, Any]
+    last_refresh: dict[str, Any] | None
+    elapsed_s: float
+
+
+def prepare_run(scenario: Scenario) -> PreparedRun:
+    """Everything that can fail because of the user's input, before Ray starts."""
+    dataset = load_dataset(scenario.dataset, scenario.seed)
+    check_partition_against_dataset(
+        scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
+    )
+    try:
+        partition = build_partition(
+            scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
+        )
+    except ValueError as exc:
+        raise ScenarioError(f"partition: {exc}") from exc
+    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition)
+
+
+def default_run_dir(scenario: Scenario) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(scenario.output.dir) / f"{scenario.name}-{scenario.algorithm.name}-seed{scenario.seed}-{stamp}"
+
+
+def claim_run_dir(run_dir: Path) -> None:
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ScenarioError(f"--out {run_dir}: the folder already holds files; choose a new run folder or remove it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None) -> RunSummary:
+    scenario = prepared.scenario
+    claim_run_dir(run_dir)
+    (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    with RaySession(scenario.runtime) as session:
+        write_manifest(
+            run_dir,
+            seed=scenario.seed,
+            scenario_name=scenario.name,
+            extra={"status": "running", "ray": session.describe(), "dataset": _dataset_facts(prepared)},
+        )
+        try:
+            summary = _run_rounds(prepared, run_dir, session, observer)
+        except BaseException as exc:
+            update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+    update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
+    if observer is not None:
+        observer.on_finish(summary)
+    return summary
+
+
+def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, observer: RunObserver | None) -> RunSummary:
+    from hdcfl_ray.runtime.actors import start_hosts, start_server
+    from hdcfl_ray.runtime.initial_model import initial_parameters
+
+    scenario = prepared.scenario
+    started = time.perf_counter()
+    num_clients = prepared.partition.num_clients
+    num_hosts = count_hosts(scenario.runtime, num_clients, session.cpus, session.gpus)
+    session.check_capacity(num_hosts)
+    client_hosts = assign_clients(num_clients, num_hosts)
+    algorithm = build_algorithm(scenario)
+    initial_encoder, initial_head = initial_parameters(scenario, prepared.dataset)
+    hosts = start_hosts(prepared, client_hosts, num_hosts, initial_head, algorithm.local_training())
+    server = start_server(scenario, algorithm, hosts, client_hosts, initial_encoder, num_clients)
+    update_manifest(run_dir, num_client_hosts=num_hosts, encoder_parameters=int(initial_encoder.shape[0]))
+    if observer is not None:
+        observer.on_start(scenario, run_dir, num_hosts)
+
+    writer = TableWriter(run_dir)
+    rows = RoundRowBuilder(client_hosts=client_hosts, true_groups=prepared.partition.true_groups())
+    round_row: dict[str, Any] = {}
+    refresh_row: dict[str, Any] | None = None
+    last_refresh: dict[str, Any] | None = None
+    try:
+        for round_index in range(1, scenario.protocol.rounds + 1):
+            round_started = time.perf_counter()
+            report = ray.get(server.run_round.remote(round_index))
+            client_rows = rows.client_rows(report)
+            refresh_row = rows.refresh_row(report, client_rows)
+            round_row = rows.round_row(
+                report, client_rows, wall_time_s=time.perf_counter() - round_started, elapsed_s=time.perf_counter() - started
+            )
+            writer.write_part("clients", round_index, client_rows)
+            writer.write_part("updates", round_index, rows.update_rows(report))
+            if refresh_row is not None:
+                writer.write_part("refresh", round_index, [refresh_row])
+                last_refresh = refresh_row
+            writer.write_part("rounds", round_index, [round_row])
+            if observer is not None:
+                observer.on_round(round_row, refresh_row)
+    finally:
+        for actor in [server, *hosts]:
+            ray.kill(actor)
+    return RunSummary(
+        run_dir=run_dir,
+        rounds=scenario.protocol.rounds,
+        final_round=round_row,
+        last_refresh=last_refresh,
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
+    dataset = prepared.dataset
+    sizes = np.array([client.num_train for client in prepared.partition.clients])
+    return {
+        "name": dataset.name,
+        "train_samples": int(dataset.train_labels.shape[0]),
+        "test_samples": int(dataset.test_labels.shape[0]),
+        "num_classes": dataset.num_classes,
+        "image_shape": list(dataset.train_images.shape[1:]),
+        "client_train_samples_min": int(sizes.min()),
+        "client_train_samples_max": int(sizes.max()),
+        "true_groups_known": prepared.partition.true_groups() is not None,
+    }
+
+
+def is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,130 @@
+"""The rich live view of a run (progress with ETA, current accuracies, groups at
+the last refresh) and the summary table at the end. `QuietObserver` prints nothing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from hdcfl_ray.config.schema import Scenario
+
+
+def _pct(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{100 * value:.2f}"
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+class QuietObserver:
+    def on_start(self, scenario: Scenario, run_dir: Path, num_hosts: int) -> None:
+        pass
+
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None) -> None:
+        pass
+
+    def on_finish(self, summary: Any) -> None:
+        pass
+
+
+class LiveView:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console()
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("rounds"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self.status = Text("waiting for round 1 ...")
+        self.live: Live | None = None
+        self.task_id: Any = None
+        self.last_evaluated: dict[str, Any] = {}
+        self.last_refresh: dict[str, Any] | None = None
+
+    def on_start(self, scenario: Scenario, run_dir: Path, num_hosts: int) -> None:
+        self.console.print(
+            f"[bold]{scenario.name}[/]: {scenario.algorithm.name} on {scenario.dataset.name}, "
+            f"{scenario.partition.num_clients} clients ({scenario.partition.kind}), "
+            f"{scenario.clients_per_round()} per round, {num_hosts} client host actor(s), seed {scenario.seed}"
+        )
+        self.console.print(f"run directory: {run_dir}")
+        self.task_id = self.progress.add_task(scenario.name, total=scenario.protocol.rounds)
+        self.live = Live(Group(self.progress, self.status), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None) -> None:
+        if round_row.get("evaluated"):
+            self.last_evaluated = round_row
+        if refresh_row is not None:
+            self.last_refresh = refresh_row
+        row = self.last_evaluated
+        parts = [
+            f"round {row.get('round', '-')}: mean {_pct(row.get('mean_accuracy'))}%",
+            f"worst {_pct(row.get('worst_accuracy'))}%",
+            f"bottom-20% {_pct(row.get('bottom20_accuracy'))}%",
+        ]
+        if self.last_refresh is not None:
+            sizes = self.last_refresh["group_sizes"]
+            parts.append(
+                f"groups at round {self.last_refresh['round']}: {len([s for s in sizes if s])} (sizes {sizes}), "
+                f"silhouette {_num(self.last_refresh['silhouette'])}"
+            )
+        self.status.plain = " | ".join(parts)
+        self.progress.advance(self.task_id)
+
+    def on_finish(self, summary: Any) -> None:
+        if self.live is not None:
+            self.live.stop()
+        self.console.print(summary_table(summary.final_round, summary.last_refresh))
+        self.console.print(f"tables written to {summary.run_dir} in {summary.elapsed_s:.1f} s")
+
+    def abort(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def summary_table(final_round: dict[str, Any], last_refresh: dict[str, Any] | None) -> Table:
+    table = Table(title=f"Final round {final_round.get('round', '-')}: client test accuracy (%)")
+    table.add_column("model scored")
+    for column in ("mean", "worst", "bottom-20%", "gap (pp)"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        "headline" + (" (personalised)" if final_round.get("personalized") else " (global encoder + own head)"),
+        _pct(final_round.get("mean_accuracy")),
+        _pct(final_round.get("worst_accuracy")),
+        _pct(final_round.get("bottom20_accuracy")),
+        _pct(final_round.get("gap")),
+    )
+    if final_round.get("personalized"):
+        table.add_row(
+            "global encoder + own head",
+            _pct(final_round.get("mean_accuracy_global")),
+            _pct(final_round.get("worst_accuracy_global")),
+            _pct(final_round.get("bottom20_accuracy_global")),
+            "",
+        )
+    if last_refresh is not None:
+        table.caption = (
+            f"last refresh (round {last_refresh['round']}): {last_refresh['num_groups']} groups, sizes {last_refresh['group_sizes']}, "
+            f"silhouette {_num(last_refresh['silhouette'])}, ARI vs true groups {_num(last_refresh['ari_true'])}, "
+            f"personalisation gain {_num(last_refresh['personalization_gain'], 2)} pp "
+            f"({_pct(last_refresh['fraction_helped'])}% of clients helped)"
+        )
+    return table

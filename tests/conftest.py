@@ -1,0 +1,53 @@
+"""Shared fixtures: one Ray instance per test session, sized for 2 CPUs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=True)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def tiny_scenario(**sections: Any) -> dict[str, Any]:
+    """A digits scenario small enough for a unit-test run (seconds, not minutes)."""
+    scenario: dict[str, Any] = {
+        "name": "tiny",
+        "seed": 7,
+        "dataset": {"name": "digits"},
+        "partition": {"kind": "rotation", "num_clients": 8, "angles": [0, 180], "test_per_client": 30},
+        "model": {"encoder": "small_cnn", "width": 8, "feature_dim": 32},
+        "algorithm": {"name": "hdcfl", "groups": 2, "activation_round": 2, "refresh_every": 1},
+        "protocol": {"rounds": 3, "participation": 1.0, "local_epochs": 1, "batch_size": 32},
+        "runtime": {"clients_per_actor": "auto", "num_cpus_per_actor": 1},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(scenario.get(key), dict):
+            scenario[key] = {**scenario[key], **value}
+        else:
+            scenario[key] = value
+    return scenario
+
+
+@pytest.fixture
+def write_scenario(tmp_path: Path):
+    def write(data: dict[str, Any], name: str = "scenario.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
