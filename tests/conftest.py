@@ -31,7 +31,7 @@ def tiny_scenario(**sections: Any) -> dict[str, Any]:
         "dataset": {"name": "digits"},
         "partition": {"kind": "rotation", "num_clients": 8, "angles": [0, 180], "test_per_client": 30},
         "model": {"encoder": "small_cnn", "width": 8, "feature_dim": 32},
-        "algorithm": {"name": "hdcfl", "groups": 2, "activation_round": 2, "refresh_every": 1},
+        "algorithm": {"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 1}},
         "protocol": {"rounds": 3, "participation": 1.0, "local_epochs": 1, "batch_size": 32},
         "runtime": {"clients_per_actor": "auto", "num_cpus_per_actor": 1},
     }

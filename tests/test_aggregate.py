@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -55,3 +58,11 @@ def test_sequence_and_stacked_input_give_the_same_bits_every_time() -> None:
 def test_bad_input_is_rejected_with_a_reason(vectors, weights, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         weighted_average(vectors, weights)
+
+
+def test_hdcfl_maths_imports_before_the_algorithms_package() -> None:
+    # hdcfl_ray.algorithms imports the HDC-FL algorithm, which imports hdcfl_ray.hdcfl,
+    # whose prototypes use this module: importing hdcfl_ray.hdcfl first must not trip the cycle.
+    command = "import hdcfl_ray.hdcfl.refresh, hdcfl_ray.hdcfl.prototypes"
+    completed = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr

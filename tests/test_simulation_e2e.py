@@ -65,7 +65,7 @@ def test_same_scenario_and_seed_give_identical_client_metrics(tmp_path):
 
 
 def test_one_prototype_with_full_participation_equals_the_global_encoder(tmp_path):
-    run_dir = simulate(tmp_path, "one-prototype", algorithm={"name": "hdcfl", "groups": 1, "activation_round": 2, "refresh_every": 1})
+    run_dir = simulate(tmp_path, "one-prototype", algorithm={"name": "hdcfl", "hdcfl": {"groups": 1, "activation_round": 2, "refresh_every": 1}})
     clients = pq.read_table(run_dir / "clients.parquet").to_pydict()
     late = [i for i, r in enumerate(clients["round"]) if r >= 2]
     assert late

@@ -104,9 +104,6 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
     lines = [f"{source}: invalid scenario"]
     for error in exc.errors():
         location = [str(part) for part in error["loc"]]
-        # The discriminated union adds the tag ("hdcfl") as a path element; drop it.
-        if len(location) >= 2 and location[0] == "algorithm" and location[1] in ("fedavg_se", "hdcfl"):
-            location = [location[0], *location[2:]]
         key_path = ".".join(location)
         kind = error["type"]
         message = error["msg"].removeprefix("Value error, ")
@@ -117,11 +114,10 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
             lines.append(f"  {key_path}: unknown key {where}; allowed keys: {', '.join(allowed)}")
         elif kind == "missing":
             lines.append(f"  {key_path}: required key is missing")
-        elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
-            value = _lookup(raw, location + ["name"])
-            lines.append(
-                f"  {key_path}.name: {value!r} is not a known algorithm; choose one of: fedavg_se, hdcfl"
-            )
+        elif kind == "literal_error":
+            value = _lookup(raw, location)
+            allowed = error.get("ctx", {}).get("expected", "")
+            lines.append(f"  {key_path}: {value!r} is not allowed; choose one of: {allowed}")
         elif location:
             value = _lookup(raw, location)
             shown = "" if value is _MISSING else f" {value!r}:"
@@ -151,10 +147,6 @@ def _allowed_keys(section: list[str], raw: dict[str, Any]) -> list[str]:
 
     model: Any = schema.Scenario
     for part in section:
-        if part == "algorithm":
-            name = _lookup(raw, ["algorithm", "name"])
-            model = schema.HDCFLAlgorithm if name == "hdcfl" else schema.FedAvgSEAlgorithm
-            continue
         field = model.model_fields.get(part)
         if field is None or not isinstance(field.annotation, type):
             return []

@@ -2,12 +2,12 @@
 
 Every section forbids unknown keys so a typo stops the run before Ray starts.
 Checks that need the dataset (k against the number of classes, data paths) live
-in `hdcfl_ray.config.dataset_checks`; this module checks what a file alone can.
+in `hdcfl_ray.data.partitions.checks`; this module checks what a file alone can.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -92,19 +92,13 @@ class HDCFLParams(Section):
     kmeans_init: int = Field(10, ge=1)
 
 
-class FedAvgSEParams(Section):
-    pass
+class AlgorithmConfig(Section):
+    """`name` picks the method; each method's parameters live in a section of its
+    own, so one scenario can carry every method's settings and `--set
+    algorithm.name=...` switches between them without a key becoming invalid."""
 
-
-class FedAvgSEAlgorithm(FedAvgSEParams):
-    name: Literal["fedavg_se"]
-
-
-class HDCFLAlgorithm(HDCFLParams):
-    name: Literal["hdcfl"]
-
-
-AlgorithmConfig = Annotated[Union[FedAvgSEAlgorithm, HDCFLAlgorithm], Field(discriminator="name")]
+    name: Literal["fedavg_se", "hdcfl"]
+    hdcfl: HDCFLParams = HDCFLParams()
 
 
 class OptimizerConfig(Section):
@@ -182,11 +176,11 @@ class Scenario(Section):
                 f"protocol.participation: {participation} clients per round is more than "
                 f"partition.num_clients = {self.partition.num_clients}"
             )
-        if isinstance(self.algorithm, HDCFLAlgorithm):
-            activation = self.algorithm.activation_round
+        if self.algorithm.name == "hdcfl":
+            activation = self.algorithm.hdcfl.activation_round
             if activation is not None and activation > self.protocol.rounds:
                 raise ValueError(
-                    f"algorithm.activation_round: {activation} is after the last round "
+                    f"algorithm.hdcfl.activation_round: {activation} is after the last round "
                     f"(protocol.rounds = {self.protocol.rounds}); choose 1..{self.protocol.rounds}"
                 )
         return self

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdcfl_ray.algorithms.aggregate import weighted_average
+
 
 def group_prototypes(encoders: np.ndarray, sample_counts: np.ndarray, memberships: np.ndarray, soft: bool) -> np.ndarray:
     """P_g for every group, as (G, D) float32.
@@ -34,10 +36,6 @@ def group_prototypes(encoders: np.ndarray, sample_counts: np.ndarray, membership
         raise ValueError(f"memberships must be ({num_clients}, groups), got shape {weights_of.shape}")
     if np.any(weights_of < 0) or not np.all(np.isfinite(weights_of)):
         raise ValueError("memberships must be finite and non-negative")
-    # Imported here, not at the top: importing `hdcfl_ray.algorithms` runs its
-    # package __init__, which imports the HDC-FL algorithm, which imports this
-    # package, a cycle when a caller imports `hdcfl_ray.hdcfl` first.
-    from hdcfl_ray.algorithms.aggregate import weighted_average
 
     if soft:
         group_weights = weights_of * counts[:, None]

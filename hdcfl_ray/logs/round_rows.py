@@ -19,11 +19,13 @@ from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
 from hdcfl_ray.runtime.messages import EvalStats
 from hdcfl_ray.runtime.server import RoundReport
 
-NAN = float("nan")
+# Absent values (a client that never trained, a first refresh with no previous one)
+# are written as nulls, not NaN, so readers can tell "not applicable" from a number.
+ABSENT = None
 
 
-def _stat(stats: EvalStats | None, attribute: str) -> float:
-    return NAN if stats is None else float(getattr(stats, attribute))
+def _stat(stats: EvalStats | None, attribute: str) -> float | None:
+    return ABSENT if stats is None else float(getattr(stats, attribute))
 
 
 @dataclass
@@ -51,7 +53,7 @@ class RoundRowBuilder:
                     "client_id": client_id,
                     "host": self.client_hosts[client_id],
                     "participated": train is not None,
-                    "train_loss": NAN if train is None else train.train_loss,
+                    "train_loss": ABSENT if train is None else train.train_loss,
                     "num_samples": None if train is None else train.num_samples,
                     "num_test_samples": evaluation.num_test_samples,
                     "accuracy": headline.accuracy,
@@ -77,7 +79,7 @@ class RoundRowBuilder:
             "evaluated": bool(client_rows),
             "num_participants": len(report.selected),
             "num_rejected": len(report.rejected),
-            "mean_train_loss": float(np.mean(losses)) if losses else NAN,
+            "mean_train_loss": float(np.mean(losses)) if losses else ABSENT,
             "personalized": report.personalisation_active,
             "wall_time_s": wall_time_s,
             "elapsed_s": elapsed_s,
@@ -85,7 +87,7 @@ class RoundRowBuilder:
         if client_rows:
             headline = client_accuracy_summary(np.array([r["accuracy"] for r in client_rows], dtype=float))
             global_ref = client_accuracy_summary(np.array([r["accuracy_global"] for r in client_rows], dtype=float))
-            local = np.array([r["accuracy_local"] for r in client_rows], dtype=float)
+            local = np.array([np.nan if r["accuracy_local"] is None else r["accuracy_local"] for r in client_rows], dtype=float)
             row.update(
                 mean_accuracy=headline["mean"],
                 worst_accuracy=headline["worst"],
@@ -95,7 +97,7 @@ class RoundRowBuilder:
                 mean_accuracy_global=global_ref["mean"],
                 worst_accuracy_global=global_ref["worst"],
                 bottom20_accuracy_global=global_ref["bottom20"],
-                mean_accuracy_local=float(np.nanmean(local)) if np.isfinite(local).any() else NAN,
+                mean_accuracy_local=float(np.nanmean(local)) if np.isfinite(local).any() else ABSENT,
             )
             self.last_summary = dict(row)
         return row
@@ -108,15 +110,15 @@ class RoundRowBuilder:
         labels = np.array([refresh.group_labels[k] for k in client_ids])
         memberships = np.stack([refresh.memberships[k] for k in client_ids])
         entropy, entropy_normalised = membership_entropy(memberships)
-        ari_true = NAN
+        ari_true = ABSENT
         if self.true_groups is not None and len(client_ids) >= 2:
             ari_true = adjusted_rand(self.true_groups[client_ids], labels)
-        ari_previous = NAN
+        ari_previous = ABSENT
         if self.previous_groups is not None:
             ari_previous = ari_between_refreshes(self.previous_groups, refresh.group_labels)
-        personalised = np.array([r["accuracy_personalized"] for r in client_rows], dtype=float)
+        personalised = np.array([np.nan if r["accuracy_personalized"] is None else r["accuracy_personalized"] for r in client_rows], dtype=float)
         global_acc = np.array([r["accuracy_global"] for r in client_rows], dtype=float)
-        gain, helped = personalisation_gain(personalised, global_acc) if client_rows else (NAN, NAN)
+        gain, helped = personalisation_gain(personalised, global_acc) if client_rows else (ABSENT, ABSENT)
         row = {
             "round": report.round_index,
             "refresh_index": self.refresh_count,
@@ -126,12 +128,12 @@ class RoundRowBuilder:
             "num_cached_clients": len(client_ids),
             "group_sizes": [int((labels == g).sum()) for g in range(refresh.num_groups)],
             "silhouette": _finite_or_nan(refresh.silhouette),
-            "ari_previous": ari_previous,
-            "ari_true": ari_true,
+            "ari_previous": _finite_or_nan(ari_previous),
+            "ari_true": _finite_or_nan(ari_true),
             "membership_entropy": entropy,
             "membership_entropy_normalized": entropy_normalised,
-            "personalization_gain": gain,
-            "fraction_helped": helped,
+            "personalization_gain": _finite_or_nan(gain),
+            "fraction_helped": _finite_or_nan(helped),
         }
         self.previous_groups = dict(refresh.group_labels)
         self.refresh_count += 1
@@ -152,5 +154,5 @@ class RoundRowBuilder:
         ]
 
 
-def _finite_or_nan(value: float) -> float:
-    return value if value is not None and math.isfinite(value) else NAN
+def _finite_or_nan(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None

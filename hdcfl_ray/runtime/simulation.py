@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import ray
 
-from hdcfl_ray.algorithms import build_algorithm
+from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.dataset import ImageDataset

@@ -92,6 +92,7 @@ class LiveView:
     def on_finish(self, summary: Any) -> None:
         if self.live is not None:
             self.live.stop()
+            self.console.print()
         self.console.print(summary_table(summary.final_round, summary.last_refresh))
         self.console.print(f"tables written to {summary.run_dir} in {summary.elapsed_s:.1f} s")
 

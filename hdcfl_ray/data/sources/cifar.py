@@ -119,7 +119,9 @@ def _download(layout: CifarLayout, root: Path) -> None:
 
     archive = getattr(torchvision.datasets, layout.torchvision_class)
     try:
-        download_and_extract_archive(archive.url, download_root=str(root), filename=archive.filename, md5=archive.tgz_md5)
+        download_and_extract_archive(
+            archive.url, download_root=str(root), filename=archive.filename, md5=archive.tgz_md5
+        )
     except (OSError, RuntimeError) as error:
         raise ScenarioError(
             f"dataset.download: fetching {archive.url} into {root} failed ({error}); check the "

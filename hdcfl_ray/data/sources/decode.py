@@ -23,16 +23,16 @@ def decode_images(sources: Sequence[ImageSource], describe: Callable[[int], str]
     """
     if len(sources) == 0:
         raise ValueError("decode_images needs at least one image")
-    with _open(sources[0], describe(0)) as first:
+    with _open(sources, 0, describe) as first:
         mode = "L" if first.mode == "L" else "RGB"
         width, height = first.size
     channels = 1 if mode == "L" else 3
     images = np.empty((len(sources), height, width, channels), dtype=np.uint8)
     rows = images.reshape(len(sources), -1)
     # A plain loop: Pillow spends most of a small image's time in Python-level header
-    # parsing, so threads contend for the GIL and were slower than this when measured.
-    for index, source in enumerate(sources):
-        with _open(source, describe(index)) as image:
+    # parsing, so threads only contend for the GIL and do not speed this up.
+    for index in range(len(sources)):
+        with _open(sources, index, describe) as image:
             if image.size != (width, height):
                 raise ScenarioError(
                     f"{describe(index)} is {image.size[0]}x{image.size[1]} pixels but {describe(0)} is "
@@ -46,8 +46,9 @@ def decode_images(sources: Sequence[ImageSource], describe: Callable[[int], str]
     return images
 
 
-def _open(source: ImageSource, name: str) -> Image.Image:
+def _open(sources: Sequence[ImageSource], index: int, describe: Callable[[int], str]) -> Image.Image:
+    source = sources[index]
     try:
         return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
     except (UnidentifiedImageError, OSError) as error:
-        raise ScenarioError(f"{name}: not a readable image file ({error})") from error
+        raise ScenarioError(f"{describe(index)}: not a readable image file ({error})") from error

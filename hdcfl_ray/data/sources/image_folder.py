@@ -31,7 +31,8 @@ def load_image_folder(root: str | Path, test_fraction: float, seed: int) -> Imag
         classes = _class_folders(train_root)
         train_files, train_labels = _list_images(train_root, classes, require_every_class=True)
         test_files, test_labels = _list_images(test_root, classes, require_every_class=False)
-        images = decode_images(train_files + test_files, lambda index: str((train_files + test_files)[index]))
+        all_files = train_files + test_files
+        images = decode_images(all_files, lambda index: str(all_files[index]))
         split = len(train_files)
         train_images, test_images = images[:split], images[split:]
         if len(test_files) == 0:
@@ -53,7 +54,7 @@ def load_image_folder(root: str | Path, test_fraction: float, seed: int) -> Imag
 
 
 def _class_folders(root: Path) -> tuple[str, ...]:
-    classes = tuple(sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith(".")))
+    classes = tuple(sorted(entry.name for entry in root.iterdir() if _is_class_folder(entry)))
     if not classes:
         raise ScenarioError(f"dataset.path: {root} has no class sub-folders; put each class's images in root/<class>/")
     return classes
@@ -61,9 +62,7 @@ def _class_folders(root: Path) -> tuple[str, ...]:
 
 def _list_images(root: Path, classes: tuple[str, ...], require_every_class: bool) -> tuple[list[Path], np.ndarray]:
     unknown = sorted(
-        entry.name
-        for entry in root.iterdir()
-        if entry.is_dir() and not entry.name.startswith(".") and entry.name not in classes
+        entry.name for entry in root.iterdir() if _is_class_folder(entry) and entry.name not in classes
     )
     if unknown:
         raise ScenarioError(
@@ -74,9 +73,14 @@ def _list_images(root: Path, classes: tuple[str, ...], require_every_class: bool
     labels: list[int] = []
     for label, name in enumerate(classes):
         folder = root / name
-        found = sorted(path for path in folder.glob("*") if path.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+        found = sorted(path for path in folder.glob("*") if path.suffix.lower() in IMAGE_SUFFIXES)
         if require_every_class and not found:
             raise ScenarioError(f"dataset.path: class folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
         files.extend(found)
         labels.extend([label] * len(found))
     return files, np.asarray(labels, dtype=np.int64)
+
+
+def _is_class_folder(entry: Path) -> bool:
+    # Hidden folders (.ipynb_checkpoints, .git) are tool leftovers, never classes.
+    return entry.is_dir() and not entry.name.startswith(".")

@@ -1,0 +1,29 @@
+"""Partition settings that cannot work for a given dataset, caught before any data is split."""
+
+from __future__ import annotations
+
+from hdcfl_ray.config.schema import PartitionConfig
+from hdcfl_ray.errors import ScenarioError
+
+
+def check_partition_against_dataset(
+    config: PartitionConfig, num_classes: int, num_train: int, dataset_name: str = "the dataset"
+) -> None:
+    """Raise ScenarioError naming the partition key, its value and the allowed range."""
+    if config.num_clients > num_train:
+        raise ScenarioError(
+            f"partition.num_clients: {config.num_clients} is more than the {num_train} training samples "
+            f"of {dataset_name} (choose 1..{num_train})"
+        )
+    if config.kind == "label_subset" and config.k is not None and config.k > num_classes:
+        raise ScenarioError(
+            f"partition.k: {config.k} is more than the {num_classes} classes of {dataset_name} "
+            f"(choose 1..{num_classes})"
+        )
+    if config.kind == "dirichlet" and config.min_samples * config.num_clients > num_train:
+        raise ScenarioError(
+            f"partition.min_samples: {config.min_samples} samples for each of {config.num_clients} clients "
+            f"needs {config.min_samples * config.num_clients}, more than the {num_train} training samples of "
+            f"{dataset_name} (choose partition.min_samples 1..{num_train // config.num_clients} "
+            f"or fewer partition.num_clients)"
+        )

@@ -1,0 +1,243 @@
+"""Partitioners: who trains on what, what is planted, and each client's test set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hdcfl_ray.config.schema import PartitionConfig
+from hdcfl_ray.data.partitions import (
+    TrainSplit,
+    build_partition,
+    check_partition_against_dataset,
+    dirichlet_partition,
+    iid_partition,
+    label_subset_partition,
+    rotation_partition,
+)
+from hdcfl_ray.data.partitions.test_split import allocate_test_counts
+from hdcfl_ray.errors import ScenarioError
+
+NUM_CLASSES = 10
+
+
+def balanced_labels(per_class: int, num_classes: int = NUM_CLASSES, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(np.repeat(np.arange(num_classes), per_class)).astype(np.int64)
+
+
+def every_partitioner(labels: np.ndarray, num_clients: int, seed: int) -> dict[str, TrainSplit]:
+    rng = lambda: np.random.default_rng(seed)  # noqa: E731 - a fresh generator per partitioner
+    return {
+        "iid": iid_partition(labels, num_clients, rng()),
+        "label_subset": label_subset_partition(labels, num_clients, rng(), k=3),
+        "dirichlet": dirichlet_partition(labels, num_clients, rng(), alpha=0.5, min_samples=5),
+        "rotation": rotation_partition(labels, num_clients, rng(), angles=(0.0, 90.0, 180.0)),
+    }
+
+
+def label_entropy(labels: np.ndarray) -> float:
+    proportions = np.bincount(labels, minlength=NUM_CLASSES) / labels.shape[0]
+    proportions = proportions[proportions > 0]
+    return float(-(proportions * np.log(proportions)).sum())
+
+
+@pytest.mark.parametrize("num_clients", [4, 7, 20, 50])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_training_sample_goes_to_exactly_one_client(num_clients: int, seed: int) -> None:
+    labels = balanced_labels(60)
+    for kind, split in every_partitioner(labels, num_clients, seed).items():
+        assert split.num_clients == num_clients, kind
+        combined = np.concatenate(split.client_indices)
+        assert np.array_equal(np.sort(combined), np.arange(labels.shape[0])), kind
+        for indices in split.client_indices:
+            assert indices.dtype == np.int64 and np.all(np.diff(indices) > 0), kind
+
+
+def test_label_subset_leaves_out_only_classes_no_client_holds() -> None:
+    # One client with k = 3 cannot hold all 10 classes: the other 7 classes go unused, nothing repeats.
+    labels = balanced_labels(60)
+    (indices,) = label_subset_partition(labels, 1, np.random.default_rng(0), k=3).client_indices
+    held = np.unique(labels[indices])
+    assert held.shape[0] == 3
+    assert np.array_equal(indices, np.flatnonzero(np.isin(labels, held)))
+
+
+def test_iid_shares_differ_by_at_most_one_sample() -> None:
+    sizes = [part.shape[0] for part in iid_partition(balanced_labels(61), 7, np.random.default_rng(0)).client_indices]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 610
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 10])
+@pytest.mark.parametrize("num_clients", [4, 10, 23])
+def test_label_subset_gives_exactly_k_classes_per_client(k: int, num_clients: int) -> None:
+    labels = balanced_labels(50)
+    split = label_subset_partition(labels, num_clients, np.random.default_rng(3), k=k)
+    for indices in split.client_indices:
+        assert np.unique(labels[indices]).shape[0] == k
+    if k * num_clients >= NUM_CLASSES:
+        used = np.unique(np.concatenate([labels[indices] for indices in split.client_indices]))
+        assert used.shape[0] == NUM_CLASSES
+
+
+def test_label_subset_groups_are_the_distinct_class_sets() -> None:
+    labels = balanced_labels(50)
+    split = label_subset_partition(labels, 20, np.random.default_rng(4), k=2)
+    class_sets = [tuple(np.unique(labels[indices])) for indices in split.client_indices]
+    assert split.true_groups is not None
+    for first in range(20):
+        for second in range(20):
+            same_set = class_sets[first] == class_sets[second]
+            assert same_set == (split.true_groups[first] == split.true_groups[second])
+    assert sorted(set(split.true_groups)) == list(range(len(set(class_sets))))
+
+
+def test_label_subset_refuses_a_class_with_fewer_samples_than_holders() -> None:
+    labels = np.array([0, 0, 0, 0, 1], dtype=np.int64)
+    with pytest.raises(ValueError, match="class 1 has 1 training samples but 2 clients"):
+        label_subset_partition(labels, 4, np.random.default_rng(0), k=1)
+
+
+def test_dirichlet_gets_more_skewed_as_alpha_falls() -> None:
+    labels = balanced_labels(500)
+
+    def mean_entropy(alpha: float) -> float:
+        entropies = []
+        for seed in range(4):
+            split = dirichlet_partition(labels, 10, np.random.default_rng(seed), alpha=alpha, min_samples=1)
+            entropies.extend(label_entropy(labels[indices]) for indices in split.client_indices)
+        return float(np.mean(entropies))
+
+    assert mean_entropy(0.05) < mean_entropy(1.0) < mean_entropy(100.0)
+    assert mean_entropy(100.0) > 0.95 * np.log(NUM_CLASSES)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_dirichlet_gives_every_client_at_least_min_samples(seed: int) -> None:
+    split = dirichlet_partition(balanced_labels(100), 20, np.random.default_rng(seed), alpha=0.3, min_samples=15)
+    assert min(indices.shape[0] for indices in split.client_indices) >= 15
+    assert split.true_groups is None
+
+
+def test_dirichlet_says_what_to_relax_when_min_samples_cannot_be_met() -> None:
+    with pytest.raises(ValueError, match="lower min_samples or raise alpha"):
+        dirichlet_partition(balanced_labels(30), 10, np.random.default_rng(0), alpha=0.01, min_samples=25, max_draws=20)
+
+
+def test_rotation_client_i_gets_angle_i_mod_g_and_group_i_mod_g() -> None:
+    angles = (0.0, 90.0, 180.0, 270.0, 45.0)
+    split = rotation_partition(balanced_labels(20), 13, np.random.default_rng(0), angles)
+    assert split.true_groups == tuple(client % 5 for client in range(13))
+    assert split.rotation_degrees == tuple(angles[client % 5] for client in range(13))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        PartitionConfig(kind="iid", num_clients=8),
+        PartitionConfig(kind="label_subset", num_clients=8, k=2),
+        PartitionConfig(kind="dirichlet", num_clients=8, alpha=0.5, min_samples=5),
+        PartitionConfig(kind="rotation", num_clients=8),
+    ],
+    ids=lambda config: config.kind,
+)
+def test_same_seed_gives_the_same_partition_and_another_seed_a_different_one(config: PartitionConfig) -> None:
+    train_labels, test_labels = balanced_labels(40), balanced_labels(10, seed=1)
+    first = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=5)
+    again = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=5)
+    other = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=6)
+    for one, two in zip(first.clients, again.clients):
+        assert np.array_equal(one.train_indices, two.train_indices)
+        assert np.array_equal(one.test_indices, two.test_indices)
+        assert (one.true_group, one.rotation_degrees) == (two.true_group, two.rotation_degrees)
+    pairs = zip(first.clients, other.clients)
+    assert any(not np.array_equal(one.train_indices, two.train_indices) for one, two in pairs)
+
+
+def test_build_partition_fills_rotation_and_groups_only_where_planted() -> None:
+    train_labels, test_labels = balanced_labels(40), balanced_labels(10, seed=1)
+    config = PartitionConfig(kind="rotation", num_clients=6, angles=(0.0, 180.0))
+    rotation = build_partition(config, train_labels, test_labels, 10, 0)
+    assert [client.rotation_degrees for client in rotation.clients] == [0.0, 180.0] * 3
+    assert rotation.true_groups().tolist() == [0, 1] * 3
+    iid = build_partition(PartitionConfig(kind="iid", num_clients=6), train_labels, test_labels, 10, 0)
+    assert iid.true_groups() is None
+    assert all(client.rotation_degrees == 0.0 for client in iid.clients)
+
+
+def test_changing_the_test_size_does_not_move_training_data() -> None:
+    train_labels, test_labels = balanced_labels(40), balanced_labels(10, seed=1)
+    small = build_partition(PartitionConfig(num_clients=5, test_per_client=10), train_labels, test_labels, 10, 3)
+    large = build_partition(PartitionConfig(num_clients=5, test_per_client=40), train_labels, test_labels, 10, 3)
+    for one, two in zip(small.clients, large.clients):
+        assert np.array_equal(one.train_indices, two.train_indices)
+
+
+def test_label_subset_client_tests_only_on_its_own_classes_without_repeats() -> None:
+    train_labels, test_labels = balanced_labels(40), balanced_labels(30, seed=1)
+    config = PartitionConfig(kind="label_subset", num_clients=10, k=2, test_per_client=25)
+    partition = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=0)
+    for client in partition.clients:
+        assert client.test_indices.shape[0] == 25
+        assert np.unique(client.test_indices).shape[0] == 25
+        assert set(test_labels[client.test_indices]) == set(train_labels[client.train_indices])
+
+
+def test_client_test_sets_follow_training_class_proportions() -> None:
+    # 300 test samples per class: no class runs short, so only rounding separates counts from shares.
+    train_labels, test_labels = balanced_labels(200), balanced_labels(300, seed=1)
+    config = PartitionConfig(kind="dirichlet", num_clients=5, alpha=0.5, min_samples=20, test_per_client=200)
+    for client in build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=2).clients:
+        train_share = np.bincount(train_labels[client.train_indices], minlength=10) / client.num_train
+        test_counts = np.bincount(test_labels[client.test_indices], minlength=10)
+        assert test_counts.sum() == 200
+        assert np.all(np.abs(test_counts - train_share * 200) < 1.0)
+
+
+def test_default_test_size_is_the_clients_share_of_the_test_split() -> None:
+    partition = build_partition(PartitionConfig(num_clients=7), balanced_labels(40), balanced_labels(10, seed=1), 10, 0)
+    assert all(client.test_indices.shape[0] == 100 // 7 for client in partition.clients)
+
+
+def test_test_counts_round_to_the_requested_total_and_respect_capacity() -> None:
+    counts = allocate_test_counts(np.array([1, 1, 1, 0]), 10, capacity=np.array([50, 50, 50, 50]))
+    assert counts.sum() == 10 and counts[3] == 0 and sorted(counts[:3].tolist()) == [3, 3, 4]
+    # Class 0 can supply only 2: the rest goes to the client's other class, never to class 2.
+    counts = allocate_test_counts(np.array([9, 1, 0]), 10, capacity=np.array([2, 50, 50]))
+    assert counts.tolist() == [2, 8, 0]
+    # Not enough test samples of the client's classes: take them all.
+    counts = allocate_test_counts(np.array([5, 5, 0]), 10, capacity=np.array([3, 4, 50]))
+    assert counts.tolist() == [3, 4, 0]
+
+
+def test_impossible_label_subset_k_names_the_key_and_the_range() -> None:
+    config = PartitionConfig(kind="label_subset", k=12)
+    expected = r"partition\.k: 12 is more than the 10 classes of digits \(choose 1\.\.10\)"
+    with pytest.raises(ScenarioError, match=expected):
+        check_partition_against_dataset(config, num_classes=10, num_train=1437, dataset_name="digits")
+
+
+def test_more_clients_than_samples_names_partition_num_clients() -> None:
+    with pytest.raises(ScenarioError, match=r"partition\.num_clients: 5000 is more than the 1437 training samples"):
+        check_partition_against_dataset(PartitionConfig(num_clients=5000), 10, 1437, "digits")
+
+
+def test_dirichlet_min_samples_beyond_the_data_names_partition_min_samples() -> None:
+    config = PartitionConfig(kind="dirichlet", alpha=0.5, num_clients=100, min_samples=20)
+    with pytest.raises(ScenarioError, match=r"partition\.min_samples: 20 .* 100 clients"):
+        check_partition_against_dataset(config, 10, 1437, "digits")
+
+
+def test_feasible_partitions_pass_the_dataset_check() -> None:
+    feasible = (
+        PartitionConfig(kind="label_subset", k=10),
+        PartitionConfig(kind="dirichlet", alpha=0.1, min_samples=71),
+    )
+    for config in feasible:
+        check_partition_against_dataset(config, 10, 1437, "digits")
+
+
+def test_partitioner_failures_become_scenario_errors_naming_the_partition() -> None:
+    config = PartitionConfig(kind="label_subset", k=1, num_clients=4)
+    labels = np.array([0, 0, 0, 0, 1], dtype=np.int64)
+    with pytest.raises(ScenarioError, match=r"partition \(label_subset, num_clients 4\)"):
+        build_partition(config, labels, labels, 2, seed=0)
