@@ -102,6 +102,43 @@ def simulate(
         print(summary.run_dir)
 
 
+@app.command()
+def report(
+    paths: List[Path] = typer.Argument(..., help="Run directories, or folders that hold run directories."),
+    output_format: str = typer.Option("table", "--format", help="table (terminal), markdown or csv."),
+) -> None:
+    """Final-round client accuracy per setting and method: mean +- sample std over seeds."""
+    from rich.table import Table
+
+    from analysis.final_metrics import METRICS, final_metrics_table, format_markdown
+    from analysis.runs import load_runs
+
+    if output_format not in ("table", "markdown", "csv"):
+        _fail_bad_input(ScenarioError(f"--format {output_format!r}: choose table, markdown or csv"))
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        _fail_bad_input(ScenarioError(f"no such run directory: {', '.join(missing)}"))
+    runs = load_runs(list(paths))
+    if not runs:
+        _fail_bad_input(ScenarioError(f"no run directories (folders with scenario.yaml) under {', '.join(map(str, paths))}"))
+    rows = final_metrics_table(runs)
+    if output_format == "markdown":
+        print(format_markdown(rows))
+        return
+    if output_format == "csv":
+        print("setting,algorithm,seeds," + ",".join(f"{m},{m}_std" for m in METRICS))
+        for row in rows:
+            values = ",".join(f"{row.means[m]:.6f},{row.stds[m]:.6f}" for m in METRICS)
+            print(f"{row.setting},{row.algorithm},{' '.join(map(str, row.seeds))},{values}")
+        return
+    table = Table(title=f"Final client test accuracy (%), mean ± sample std over seeds ({len(runs)} runs)")
+    for column in ("setting", "method", "seeds", "mean", "worst", "bottom-20%", "gap (pp)", "global enc. mean"):
+        table.add_column(column)
+    for line in format_markdown(rows).splitlines()[2:]:
+        table.add_row(*[cell.strip() for cell in line.strip("|").split("|")])
+    Console().print(table)
+
+
 def main() -> None:
     app()
 

@@ -125,9 +125,9 @@ class ProtocolConfig(Section):
         if isinstance(value, bool):
             raise ValueError("must be a fraction in (0, 1] or a client count >= 1")
         if isinstance(value, float) and not 0.0 < value <= 1.0:
-            raise ValueError(f"{value} is not a fraction in (0, 1]; use a fraction such as 0.5 or an integer count")
+            raise ValueError("not a fraction in (0, 1]; use a fraction such as 0.5 or an integer count of clients")
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"{value} clients per round: use a count >= 1 or a fraction in (0, 1]")
+            raise ValueError("use a count of clients >= 1 or a fraction in (0, 1]")
         return value
 
 
@@ -149,7 +149,7 @@ class RuntimeConfig(Section):
     @classmethod
     def _positive_packing(cls, value: int | str) -> int | str:
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"{value} is not allowed: use an integer >= 1 or 'auto'")
+            raise ValueError("use an integer >= 1 or 'auto'")
         return value
 
 

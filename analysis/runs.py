@@ -1,0 +1,74 @@
+"""Load run directories: the resolved scenario, the manifest and the Parquet tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from hdcfl_ray.logs.table_writer import read_table
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_dir: Path
+    scenario: dict[str, Any]
+    manifest: dict[str, Any]
+    rounds: pa.Table
+    clients: pa.Table
+    refresh: pa.Table
+
+    @property
+    def setting(self) -> str:
+        return str(self.scenario.get("name"))
+
+    @property
+    def algorithm(self) -> str:
+        return str(self.scenario["algorithm"]["name"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.scenario["seed"])
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status", "unknown"))
+
+    def final_evaluated_round(self) -> dict[str, Any] | None:
+        rows = [row for row in self.rounds.to_pylist() if row["evaluated"]]
+        return max(rows, key=lambda row: row["round"]) if rows else None
+
+
+def load_run(run_dir: str | Path) -> RunRecord:
+    run_dir = Path(run_dir)
+    scenario_path = run_dir / "scenario.yaml"
+    if not scenario_path.is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no scenario.yaml)")
+    manifest_path = run_dir / "manifest.json"
+    return RunRecord(
+        run_dir=run_dir,
+        scenario=yaml.safe_load(scenario_path.read_text()),
+        manifest=json.loads(manifest_path.read_text()) if manifest_path.is_file() else {},
+        rounds=read_table(run_dir, "rounds"),
+        clients=read_table(run_dir, "clients"),
+        refresh=read_table(run_dir, "refresh"),
+    )
+
+
+def find_run_dirs(paths: list[str | Path]) -> list[Path]:
+    """Run directories among `paths`, each either a run or a folder of runs (searched recursively)."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if (path / "scenario.yaml").is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(sorted(p.parent for p in path.rglob("scenario.yaml")))
+    return sorted(set(found))
+
+
+def load_runs(paths: list[str | Path]) -> list[RunRecord]:
+    return [load_run(run_dir) for run_dir in find_run_dirs(paths)]
