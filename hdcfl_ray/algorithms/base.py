@@ -1,80 +1,127 @@
 """The one interface every federated algorithm implements, and the values it trades.
 
-An algorithm is plain state plus a few hooks; the runtime (client host actors,
-server actor) calls them and owns all Ray plumbing:
+An algorithm is one object with server hooks (numpy, run in the server actor)
+and client hooks (torch, run in client host actors). The runtime owns all Ray
+plumbing and calls the hooks in this order each round:
 
-* `local_training` tells the client host how to train from the broadcast encoder;
-* `aggregate` turns the round's client updates into the next global encoder;
-* `is_refresh_round` / `refresh` let a method rebuild client-specific state from
-  the server's cache (HDC-FL's groups, prototypes and mixtures);
-* `uses_personalisation` says whether a client is scored with its personalised
-  encoder (reference (c)) or with the global one (reference (a)).
+    server: select -> probe_task? -> broadcast -> training_task per client
+    client: probe (all clients with a probe task) ; local_update (selected)
+    server: absorb_probes ; aggregate (returns RoundNotes)
+    at evaluation rounds: evaluation_task per client -> client: evaluate
+
+Server state and per-client state are plain objects owned by the algorithm;
+the runtime stores them and passes them back, never looks inside.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class ClientUpdate:
-    """What one client uploads after local training."""
-
-    client_id: int
-    encoder: np.ndarray  # flat float32 encoder after local training
-    head: np.ndarray  # flat float32 private head ([W | b])
-    num_samples: int
-    train_loss: float
+if TYPE_CHECKING:  # torch-side types; the server never imports them
+    from hdcfl_ray.runtime.client_context import ClientContext
+    from hdcfl_ray.runtime.messages import EvalStats
 
 
 @dataclass(frozen=True)
-class CachedClient:
-    """The server's latest copy of a client's encoder and head."""
+class ModelParams:
+    """A model as flat float32 vectors: encoder and (optionally) head ([W | b])."""
 
     encoder: np.ndarray
-    head: np.ndarray
+    head: np.ndarray | None = None
+
+    def is_finite(self) -> bool:
+        return bool(np.isfinite(self.encoder).all()) and (self.head is None or bool(np.isfinite(self.head).all()))
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """Server -> client: which broadcast objects the client needs (by name) and
+    small per-client values (a membership row, a cluster index, an ObjectRef)."""
+
+    models: tuple[str, ...] = ()
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """Client -> server after local training.
+
+    `models` holds the large arrays (they travel through the object store; the
+    server may keep `models_ref` instead of a copy), `values` the small ones."""
+
+    client_id: int
     num_samples: int
+    train_loss: float
+    steps: int
+    models: Mapping[str, Any]
+    values: Mapping[str, Any] = field(default_factory=dict)
+    models_ref: Any = None
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Client -> server at evaluation rounds.
+
+    `references` maps a reference name to its scores; the names `global`,
+    `local` and `personalized` have their own log columns; `headline` names the
+    one the method is judged by. `group`/`memberships` report the client's
+    cluster where the method has clusters."""
+
+    references: Mapping[str, "EvalStats"]
+    headline: str
+    group: int | None = None
+    memberships: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RefreshSummary:
+    """What an HDC-FL refresh produced, for the refresh table."""
+
     round_index: int
-
-
-@dataclass(frozen=True)
-class Personalisation:
-    """What a client needs to build its personalised encoder:
-    phi_k = (1 - mix) * global + mix * sum_g memberships[k, g] * prototypes[g]."""
-
-    prototypes: np.ndarray  # (G, D)
-    memberships: Mapping[int, np.ndarray]  # client id -> (G,)
-    group_labels: Mapping[int, int]  # client id -> hard group
-    mix: float
-    refresh_round: int
-
-
-@dataclass(frozen=True)
-class RefreshOutcome:
-    personalisation: Personalisation
+    group_labels: dict[int, int]
+    memberships: dict[int, np.ndarray]
     silhouette: float
     effective_rank: int
     num_groups: int
     descriptor_kind: str
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class LocalTrainingPlan:
-    train_head: bool = True
+class RoundNotes:
+    """What the server hook wants logged about a round."""
+
+    refresh: RefreshSummary | None = None
+    events: tuple[str, ...] = ()  # human-readable notes (symmetry breaking, collapsed selections, ...)
 
 
 class Algorithm(Protocol):
     name: str
-    uses_personalisation: bool
 
-    def local_training(self) -> LocalTrainingPlan: ...
+    # ---- server side (numpy only) ----
+    def init_server(self, initial: ModelParams, num_clients: int) -> Any: ...
 
-    def aggregate(self, global_encoder: np.ndarray, updates: Sequence[ClientUpdate]) -> np.ndarray: ...
+    def select(self, state: Any, round_index: int, sampled: list[int]) -> list[int]: ...
 
-    def is_refresh_round(self, round_index: int) -> bool: ...
+    def probe_task(self, state: Any, round_index: int, client_id: int) -> ClientTask | None: ...
 
-    def refresh(self, round_index: int, global_encoder: np.ndarray, cache: Mapping[int, CachedClient]) -> RefreshOutcome | None: ...
+    def absorb_probes(self, state: Any, round_index: int, results: Mapping[int, Mapping[str, Any]]) -> RoundNotes: ...
+
+    def broadcast(self, state: Any, round_index: int) -> dict[str, Any]: ...
+
+    def training_task(self, state: Any, round_index: int, client_id: int) -> ClientTask: ...
+
+    def aggregate(self, state: Any, round_index: int, uploads: list[Upload]) -> RoundNotes: ...
+
+    def evaluation_task(self, state: Any, round_index: int, client_id: int, final: bool) -> ClientTask: ...
+
+    # ---- client side (torch, inside a client host) ----
+    def init_client(self, client_id: int, initial: ModelParams) -> Any: ...
+
+    def probe(self, ctx: "ClientContext", state: Any, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+    def local_update(self, ctx: "ClientContext", state: Any, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, Any]: ...
+
+    def evaluate(self, ctx: "ClientContext", state: Any, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult: ...

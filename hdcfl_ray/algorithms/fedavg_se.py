@@ -1,33 +1,95 @@
 """FedAvg-SE: sample-weighted averaging of the encoder; every client keeps its own head.
 
-The shared trajectory HDC-FL builds on. A client is scored with the global
-encoder and its own head (reference (a))."""
+The shared trajectory HDC-FL builds on. Clients train encoder and head jointly
+from the global encoder; the server averages the encoders (BatchNorm statistics
+included) and caches each client's latest encoder and head. A client is scored
+with the global encoder and its own head (reference (a)); its own cached
+encoder (reference (b)) is logged beside it."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import CachedClient, ClientUpdate, LocalTrainingPlan, RefreshOutcome
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
 
 
-class FedAvgSE:
+@dataclass(frozen=True)
+class CachedClient:
+    """The server's latest copy of a client's upload (encoder array is a zero-copy
+    view of the object-store value that `encoder_ref` names)."""
+
+    encoder: np.ndarray
+    encoder_ref: Any
+    head: np.ndarray
+    num_samples: int
+    round_index: int
+
+
+@dataclass
+class SharedEncoderState:
+    global_encoder: np.ndarray
+    cache: dict[int, CachedClient] = field(default_factory=dict)
+
+
+class FedAvgSE(AlgorithmDefaults):
     name = "fedavg_se"
-    uses_personalisation = False
 
-    def local_training(self) -> LocalTrainingPlan:
-        return LocalTrainingPlan(train_head=True)
+    # ---- server ----
+    def init_server(self, initial: ModelParams, num_clients: int) -> SharedEncoderState:
+        return SharedEncoderState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
 
-    def aggregate(self, global_encoder: np.ndarray, updates: Sequence[ClientUpdate]) -> np.ndarray:
-        if not updates:
-            return global_encoder
-        ordered = sorted(updates, key=lambda update: update.client_id)
-        return weighted_average([u.encoder for u in ordered], [u.num_samples for u in ordered])
+    def broadcast(self, state: SharedEncoderState, round_index: int) -> dict[str, Any]:
+        return {"global": state.global_encoder}
 
-    def is_refresh_round(self, round_index: int) -> bool:
-        return False
+    def training_task(self, state: SharedEncoderState, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask(models=("global",))
 
-    def refresh(self, round_index: int, global_encoder: np.ndarray, cache: Mapping[int, CachedClient]) -> RefreshOutcome | None:
-        return None
+    def aggregate(self, state: SharedEncoderState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if not uploads:
+            return RoundNotes()
+        ordered = sorted(uploads, key=lambda upload: upload.client_id)
+        state.global_encoder = weighted_average([u.models["encoder"] for u in ordered], [u.num_samples for u in ordered])
+        for upload in ordered:
+            state.cache[upload.client_id] = CachedClient(
+                encoder=upload.models["encoder"],
+                encoder_ref=upload.models_ref,
+                head=upload.values["head"],
+                num_samples=upload.num_samples,
+                round_index=round_index,
+            )
+        return RoundNotes()
+
+    def evaluation_task(self, state: SharedEncoderState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        cached = state.cache.get(client_id)
+        return ClientTask(models=("global",), payload={"own_upload": None if cached is None else cached.encoder_ref})
+
+    # ---- client ----
+    def local_update(self, ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, PrivateHead]:
+        ctx.load(ModelParams(objects["global"]), head=state.head)
+        stats = ctx.train()
+        trained = ctx.snapshot()
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models={"encoder": trained.encoder},
+            values={"head": trained.head},
+        )
+        return upload, PrivateHead(head=trained.head)
+
+    def evaluate(self, ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        return EvalResult(references=self.shared_encoder_references(ctx, state, task, objects), headline="global")
+
+    @staticmethod
+    def shared_encoder_references(ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> dict[str, Any]:
+        references = {"global": ctx.score(ModelParams(objects["global"]), head=state.head)}
+        own_upload = task.payload.get("own_upload")
+        if own_upload is not None:
+            references["local"] = ctx.score(ModelParams(own_upload["encoder"]), head=state.head)
+        return references

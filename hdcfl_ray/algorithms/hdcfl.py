@@ -2,17 +2,22 @@
 encoder prototypes from the cache and a soft mixture per client (spec/hdcfl.md).
 
 The personalised encoders are for inference only: training always starts from
-the global encoder, so lambda = 0 and HDC-FL are scored from the same run."""
+the global encoder, so lambda = 0 and HDC-FL are scored from the same run. A
+client without a cache entry at the last refresh falls back to the global
+encoder."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.base import CachedClient, Personalisation, RefreshOutcome
-from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RefreshSummary, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import PrivateHead
+from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.config.schema import HDCFLParams
+from hdcfl_ray.hdcfl.prototypes import personalised_encoder
 from hdcfl_ray.hdcfl.refresh import refresh_groups
 
 
@@ -21,9 +26,23 @@ def default_activation_round(rounds: int) -> int:
     return max(1, int(round(0.2 * rounds)))
 
 
+@dataclass(frozen=True)
+class Personalisation:
+    """phi_k = (1 - mix) * global + mix * sum_g memberships[k, g] * prototypes[g]."""
+
+    prototypes: np.ndarray  # (G, D)
+    memberships: dict[int, np.ndarray]  # client id -> (G,)
+    group_labels: dict[int, int]
+    refresh_round: int
+
+
+@dataclass
+class HDCFLState(SharedEncoderState):
+    personalisation: Personalisation | None = None
+
+
 class HDCFL(FedAvgSE):
     name = "hdcfl"
-    uses_personalisation = True
 
     def __init__(self, params: HDCFLParams, rounds: int, seed: int) -> None:
         self.params = params
@@ -40,26 +59,66 @@ class HDCFL(FedAvgSE):
         """How many refreshes came before this round (derived, so a resumed run agrees)."""
         return sum(1 for earlier in range(1, round_index) if self.is_refresh_round(earlier))
 
-    def refresh(self, round_index: int, global_encoder: np.ndarray, cache: Mapping[int, CachedClient]) -> RefreshOutcome | None:
-        if not cache:
-            return None
-        client_ids = sorted(cache)
-        heads = np.stack([cache[k].head for k in client_ids])
-        encoders = np.stack([cache[k].encoder for k in client_ids])
-        counts = np.asarray([cache[k].num_samples for k in client_ids], dtype=np.float64)
+    # ---- server ----
+    def init_server(self, initial: ModelParams, num_clients: int) -> HDCFLState:
+        return HDCFLState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
+
+    def aggregate(self, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        super().aggregate(state, round_index, uploads)
+        if not self.is_refresh_round(round_index) or not state.cache:
+            return RoundNotes()
+        client_ids = sorted(state.cache)
+        heads = np.stack([state.cache[k].head for k in client_ids])
+        encoders = np.stack([state.cache[k].encoder for k in client_ids])
+        counts = np.asarray([state.cache[k].num_samples for k in client_ids], dtype=np.float64)
         # k-means is seeded by the run seed and the refresh index, so a run is reproducible.
         result = refresh_groups(heads, encoders, counts, self.params, seed=self.seed + self.refresh_index(round_index))
-        personalisation = Personalisation(
+        state.personalisation = Personalisation(
             prototypes=result.prototypes,
             memberships={k: result.memberships[i] for i, k in enumerate(client_ids)},
             group_labels={k: int(result.labels[i]) for i, k in enumerate(client_ids)},
-            mix=self.params.mix,
             refresh_round=round_index,
         )
-        return RefreshOutcome(
-            personalisation=personalisation,
+        summary = RefreshSummary(
+            round_index=round_index,
+            group_labels=dict(state.personalisation.group_labels),
+            memberships=dict(state.personalisation.memberships),
             silhouette=float(result.silhouette),
             effective_rank=int(result.effective_rank),
             num_groups=int(result.prototypes.shape[0]),
             descriptor_kind=self.params.descriptor,
+        )
+        return RoundNotes(refresh=summary)
+
+    def broadcast(self, state: HDCFLState, round_index: int) -> dict[str, Any]:
+        objects = super().broadcast(state, round_index)
+        if state.personalisation is not None:
+            objects["prototypes"] = state.personalisation.prototypes
+        return objects
+
+    def evaluation_task(self, state: HDCFLState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        task = super().evaluation_task(state, round_index, client_id, final)
+        personalisation = state.personalisation
+        if personalisation is None or client_id not in personalisation.memberships:
+            return task
+        payload = {
+            **task.payload,
+            "membership": personalisation.memberships[client_id],
+            "group": personalisation.group_labels[client_id],
+        }
+        return ClientTask(models=("global", "prototypes"), payload=payload)
+
+    # ---- client ----
+    def evaluate(self, ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        references = self.shared_encoder_references(ctx, state, task, objects)
+        membership = task.payload.get("membership")
+        if membership is None:
+            return EvalResult(references=references, headline="global")
+        mixture = personalised_encoder(objects["global"], objects["prototypes"], membership, self.params.mix)
+        references["personalized"] = ctx.score(ModelParams(mixture), head=state.head)
+        return EvalResult(
+            references=references,
+            headline="personalized",
+            group=int(task.payload["group"]),
+            memberships=tuple(float(v) for v in membership),
         )

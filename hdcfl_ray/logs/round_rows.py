@@ -39,14 +39,14 @@ class RoundRowBuilder:
     last_summary: dict[str, Any] = field(default_factory=dict)
 
     def client_rows(self, report: RoundReport) -> list[dict[str, Any]]:
-        trained = {train.client_id: train for train in report.train_reports}
+        trained = {upload.client_id: upload for upload in report.uploads}
         rows = []
         for evaluation in report.eval_reports:
             client_id = evaluation.client_id
             train = trained.get(client_id)
-            personalised = evaluation.personalised_ref
-            headline, reference = (personalised, "personalized") if personalised is not None else (evaluation.global_ref, "global")
-            membership = report.memberships.get(client_id)
+            result = evaluation.result
+            references = result.references
+            headline = references[result.headline]
             rows.append(
                 {
                     "round": report.round_index,
@@ -58,36 +58,36 @@ class RoundRowBuilder:
                     "num_test_samples": evaluation.num_test_samples,
                     "accuracy": headline.accuracy,
                     "loss": headline.loss,
-                    "reference": reference,
-                    "accuracy_global": evaluation.global_ref.accuracy,
-                    "loss_global": evaluation.global_ref.loss,
-                    "accuracy_local": _stat(evaluation.local_ref, "accuracy"),
-                    "loss_local": _stat(evaluation.local_ref, "loss"),
-                    "accuracy_personalized": _stat(personalised, "accuracy"),
-                    "loss_personalized": _stat(personalised, "loss"),
-                    "group": report.group_labels.get(client_id),
+                    "reference": result.headline,
+                    "accuracy_global": _stat(references.get("global"), "accuracy"),
+                    "loss_global": _stat(references.get("global"), "loss"),
+                    "accuracy_local": _stat(references.get("local"), "accuracy"),
+                    "loss_local": _stat(references.get("local"), "loss"),
+                    "accuracy_personalized": _stat(references.get("personalized"), "accuracy"),
+                    "loss_personalized": _stat(references.get("personalized"), "loss"),
+                    "group": result.group,
                     "true_group": None if self.true_groups is None else int(self.true_groups[client_id]),
-                    "memberships": None if membership is None else [float(v) for v in membership],
+                    "memberships": None if result.memberships is None else list(result.memberships),
                 }
             )
         return rows
 
     def round_row(self, report: RoundReport, client_rows: list[dict[str, Any]], wall_time_s: float, elapsed_s: float) -> dict[str, Any]:
-        losses = [train.train_loss for train in report.train_reports if train.accepted]
+        losses = [upload.train_loss for upload in report.uploads if upload.accepted]
         row: dict[str, Any] = {
             "round": report.round_index,
             "evaluated": bool(client_rows),
             "num_participants": len(report.selected),
-            "num_rejected": len(report.rejected),
+            "num_rejected": sum(1 for upload in report.uploads if not upload.accepted),
             "mean_train_loss": float(np.mean(losses)) if losses else ABSENT,
-            "personalized": report.personalisation_active,
+            "personalized": any(row["reference"] == "personalized" for row in client_rows),
             "wall_time_s": wall_time_s,
             "elapsed_s": elapsed_s,
         }
         if client_rows:
             headline = client_accuracy_summary(np.array([r["accuracy"] for r in client_rows], dtype=float))
-            global_ref = client_accuracy_summary(np.array([r["accuracy_global"] for r in client_rows], dtype=float))
-            local = np.array([np.nan if r["accuracy_local"] is None else r["accuracy_local"] for r in client_rows], dtype=float)
+            global_ref = client_accuracy_summary(_column(client_rows, "accuracy_global"))
+            local = _column(client_rows, "accuracy_local")
             row.update(
                 mean_accuracy=headline["mean"],
                 worst_accuracy=headline["worst"],
@@ -103,7 +103,7 @@ class RoundRowBuilder:
         return row
 
     def refresh_row(self, report: RoundReport, client_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-        refresh = report.refresh
+        refresh = report.notes.refresh
         if refresh is None:
             return None
         client_ids = sorted(refresh.group_labels)
@@ -116,8 +116,8 @@ class RoundRowBuilder:
         ari_previous = ABSENT
         if self.previous_groups is not None:
             ari_previous = ari_between_refreshes(self.previous_groups, refresh.group_labels)
-        personalised = np.array([np.nan if r["accuracy_personalized"] is None else r["accuracy_personalized"] for r in client_rows], dtype=float)
-        global_acc = np.array([r["accuracy_global"] for r in client_rows], dtype=float)
+        personalised = _column(client_rows, "accuracy_personalized")
+        global_acc = _column(client_rows, "accuracy_global")
         gain, helped = personalisation_gain(personalised, global_acc) if client_rows else (ABSENT, ABSENT)
         row = {
             "round": report.round_index,
@@ -144,14 +144,19 @@ class RoundRowBuilder:
         return [
             {
                 "round": report.round_index,
-                "client_id": train.client_id,
-                "status": "applied" if train.accepted else "rejected_nonfinite",
-                "train_loss": train.train_loss,
-                "num_samples": train.num_samples,
-                "steps": train.steps,
+                "client_id": upload.client_id,
+                "status": "applied" if upload.accepted else "rejected_nonfinite",
+                "train_loss": upload.train_loss,
+                "num_samples": upload.num_samples,
+                "steps": upload.steps,
             }
-            for train in report.train_reports
+            for upload in report.uploads
         ]
+
+
+def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray:
+    """A float column with absent values as NaN (the maths ignore NaN)."""
+    return np.array([np.nan if row[name] is None else row[name] for row in rows], dtype=float)
 
 
 def _finite_or_nan(value: float | None) -> float | None:

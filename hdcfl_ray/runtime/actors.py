@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import ray
 
-from hdcfl_ray.algorithms.base import Algorithm, LocalTrainingPlan
+from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.server import FederatedServer
@@ -18,8 +17,8 @@ def start_hosts(
     prepared,  # PreparedRun; untyped here to avoid an import cycle
     client_hosts: dict[int, int],
     num_hosts: int,
-    initial_head: np.ndarray,
-    plan: LocalTrainingPlan,
+    algorithm: Algorithm,
+    initial: ModelParams,
 ) -> list:
     scenario: Scenario = prepared.scenario
     dataset = prepared.dataset
@@ -38,14 +37,14 @@ def start_hosts(
     hosts = [
         ClientHostActor.options(**options, name=None).remote(
             scenario,
+            algorithm,
             train_images_ref,
             train_labels_ref,
             test_images_ref,
             test_labels_ref,
             clients_of_host[host_index],
-            initial_head,
+            initial,
             dataset.num_classes,
-            plan,
         )
         for host_index in range(num_hosts)
     ]
@@ -59,7 +58,7 @@ def start_server(
     algorithm: Algorithm,
     hosts: list,
     client_hosts: dict[int, int],
-    initial_encoder: np.ndarray,
+    initial: ModelParams,
     num_clients: int,
 ):
     # The server mostly waits on clients; it takes no CPU slot away from them.
@@ -67,7 +66,7 @@ def start_server(
         algorithm,
         hosts,
         client_hosts,
-        initial_encoder,
+        initial,
         num_clients,
         scenario.clients_per_round(),
         scenario.protocol.rounds,

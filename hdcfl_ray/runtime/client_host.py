@@ -1,51 +1,77 @@
 """The client host: a plain object that owns one or more logical clients.
 
-It holds each client's private head (persistent across rounds, never sent to
-another client), its data indices and its transform; trains from the broadcast
-encoder and evaluates the three references of spec/hdcfl.md. `ClientHostActor`
-is the Ray actor around it; the object itself is usable without Ray.
+It holds each client's private state (its head and whatever else the algorithm
+keeps per client; persistent across rounds, never sent to another client), its
+data indices and its transform, and runs the algorithm's client hooks through a
+`ClientContext`. `ClientHostActor` (runtime/actors.py) is the Ray actor around it.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any, Mapping
+
 import numpy as np
 import torch
 
-from hdcfl_ray.algorithms.base import LocalTrainingPlan
+from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.partitions.client_data import ClientData
 from hdcfl_ray.data.transforms import to_float_batch
-from hdcfl_ray.hdcfl.prototypes import personalised_encoder
-from hdcfl_ray.models import FlatIndex, SplitModel, build_split_model, flatten_module, load_flat_into
-from hdcfl_ray.runtime.local_training import client_generator, evaluate, train_locally
-from hdcfl_ray.runtime.messages import EvalJob, EvalReport, EvalStats, TrainReport
+from hdcfl_ray.models import FlatIndex, SplitModel, build_split_model
+from hdcfl_ray.runtime.client_context import ClientContext
+from hdcfl_ray.runtime.local_training import client_generator
+from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.tensor_cache import TensorCache
+
+
+def _resolve(value: Any) -> Any:
+    """ObjectRefs inside a task payload or object map are fetched here, so algorithm
+    hooks never see Ray."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - Ray is a dependency
+        return value
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
+def _all_finite(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return not np.issubdtype(value.dtype, np.floating) or bool(np.isfinite(value).all())
+    if isinstance(value, ModelParams):
+        return value.is_finite()
+    if isinstance(value, Mapping):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(v) for v in value)
+    if isinstance(value, float):
+        return bool(np.isfinite(value))
+    return True
 
 
 class ClientHost:
     def __init__(
         self,
         scenario: Scenario,
+        algorithm: Algorithm,
         train_images: np.ndarray,
         train_labels: np.ndarray,
         test_images: np.ndarray,
         test_labels: np.ndarray,
         clients: list[ClientData],
-        initial_head: np.ndarray,
+        initial: ModelParams,
         num_classes: int,
-        plan: LocalTrainingPlan,
         cache_bytes: int = 1 << 30,
     ) -> None:
-        cpus = max(1, int(scenario.runtime.num_cpus_per_actor))
-        torch.set_num_threads(cpus)
+        torch.set_num_threads(max(1, int(scenario.runtime.num_cpus_per_actor)))
         self.scenario = scenario
+        self.algorithm = algorithm
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.train_images = train_images
         self.train_labels = train_labels
         self.test_images = test_images
         self.test_labels = test_labels
         self.clients = {client.client_id: client for client in clients}
-        self.plan = plan
         # Weights arrive as flat vectors; a pretrained file is read once on the driver.
         skeleton_config = scenario.model.model_copy(update={"pretrained": None})
         self.model: SplitModel = build_split_model(
@@ -55,12 +81,15 @@ class ClientHost:
         self.model.head.to(self.device)
         self.encoder_index = FlatIndex.of(self.model.encoder)
         self.head_index = FlatIndex.of(self.model.head)
-        self.heads = {client_id: np.array(initial_head, dtype=np.float32, copy=True) for client_id in self.clients}
+        self.client_states: dict[int, Any] = {
+            client_id: algorithm.init_client(client_id, initial) for client_id in sorted(self.clients)
+        }
         self.tensors = TensorCache(max_bytes=cache_bytes)
 
     def client_ids(self) -> list[int]:
         return sorted(self.clients)
 
+    # ---- data ----
     def _split_tensors(self, client: ClientData, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         def build() -> tuple[torch.Tensor, torch.Tensor]:
             if split == "train":
@@ -73,74 +102,67 @@ class ClientHost:
 
         return self.tensors.get((client.client_id, split), build)
 
-    def train(self, client_id: int, round_index: int, global_encoder: np.ndarray) -> tuple[np.ndarray, TrainReport]:
+    def context(self, client_id: int, round_index: int) -> ClientContext:
         client = self.clients[client_id]
-        load_flat_into(self.model.encoder, global_encoder, self.encoder_index)
-        load_flat_into(self.model.head, self.heads[client_id], self.head_index)
-        inputs, targets = self._split_tensors(client, "train")
-        protocol = self.scenario.protocol
-        stats = train_locally(
-            self.model,
-            inputs,
-            targets,
-            epochs=protocol.local_epochs,
-            batch_size=protocol.batch_size,
-            optimizer_config=protocol.optimizer,
-            generator=client_generator(self.scenario.seed, client_id, round_index),
-            train_head=self.plan.train_head,
-        )
-        encoder = flatten_module(self.model.encoder)
-        head = flatten_module(self.model.head)
-        accepted = not stats.nonfinite and bool(np.isfinite(encoder).all() and np.isfinite(head).all())
-        if accepted:
-            self.heads[client_id] = head
-        report = TrainReport(
+        return ClientContext(
             client_id=client_id,
-            head=self.heads[client_id],
-            num_samples=stats.num_samples,
-            train_loss=stats.mean_loss,
-            steps=stats.steps,
-            accepted=accepted,
+            round_index=round_index,
+            seed=self.scenario.seed,
+            model=self.model,
+            encoder_index=self.encoder_index,
+            head_index=self.head_index,
+            protocol=self.scenario.protocol,
+            generator=client_generator(self.scenario.seed, client_id, round_index),
+            _train_data=lambda: self._split_tensors(client, "train"),
+            _test_data=lambda: self._split_tensors(client, "test"),
         )
-        return encoder, report
 
-    def evaluate(
-        self,
-        jobs: list[EvalJob],
-        global_encoder: np.ndarray,
-        prototypes: np.ndarray | None,
-        mix: float,
-    ) -> list[EvalReport]:
-        import ray  # only the actor path passes ObjectRefs
+    @staticmethod
+    def _objects(object_refs: Mapping[str, Any], task: ClientTask) -> dict[str, Any]:
+        return {name: _resolve(object_refs[name]) for name in task.models}
 
+    @staticmethod
+    def _resolved_task(task: ClientTask) -> ClientTask:
+        return ClientTask(models=task.models, payload={key: _resolve(value) for key, value in task.payload.items()})
+
+    # ---- hooks ----
+    def train(self, client_id: int, round_index: int, task: ClientTask, object_refs: Mapping[str, Any]) -> tuple[Mapping[str, Any], UploadMeta]:
+        started = time.perf_counter()
+        task = self._resolved_task(task)
+        upload, new_state = self.algorithm.local_update(
+            self.context(client_id, round_index), self.client_states[client_id], task, self._objects(object_refs, task)
+        )
+        accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
+        if accepted:
+            self.client_states[client_id] = new_state
+        meta = UploadMeta(
+            client_id=client_id,
+            num_samples=upload.num_samples,
+            train_loss=upload.train_loss,
+            steps=upload.steps,
+            values=upload.values,
+            accepted=accepted,
+            compute_seconds=time.perf_counter() - started,
+        )
+        return upload.models, meta
+
+    def probe(self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+        results = {}
+        for job in jobs:
+            task = self._resolved_task(job.task)
+            results[job.client_id] = self.algorithm.probe(
+                self.context(job.client_id, round_index), self.client_states[job.client_id], task, self._objects(object_refs, task)
+            )
+        return results
+
+    def evaluate(self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any], final: bool) -> list[EvalReport]:
         reports = []
         for job in jobs:
-            client = self.clients[job.client_id]
-            inputs, targets = self._split_tensors(client, "test")
-            load_flat_into(self.model.head, self.heads[job.client_id], self.head_index)
-            global_stats = self._score(global_encoder, inputs, targets)
-            local_stats = None
-            if job.own_encoder is not None:
-                own = job.own_encoder if isinstance(job.own_encoder, np.ndarray) else ray.get(job.own_encoder)
-                local_stats = self._score(own, inputs, targets)
-            personalised_stats = None
-            if prototypes is not None and job.membership is not None:
-                mixture = personalised_encoder(global_encoder, prototypes, job.membership, mix)
-                personalised_stats = self._score(mixture, inputs, targets)
-            reports.append(
-                EvalReport(
-                    client_id=job.client_id,
-                    num_test_samples=int(targets.shape[0]),
-                    global_ref=global_stats,
-                    local_ref=local_stats,
-                    personalised_ref=personalised_stats,
-                )
-            )
+            task = self._resolved_task(job.task)
+            ctx = self.context(job.client_id, round_index)
+            result = self.algorithm.evaluate(ctx, self.client_states[job.client_id], task, self._objects(object_refs, task), final)
+            reports.append(EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result))
         return reports
 
-    def _score(self, encoder: np.ndarray, inputs: torch.Tensor, targets: torch.Tensor) -> EvalStats:
-        load_flat_into(self.model.encoder, encoder, self.encoder_index)
-        return evaluate(self.model, inputs, targets)
-
-    def export_heads(self) -> dict[int, np.ndarray]:
-        return {client_id: head.copy() for client_id, head in self.heads.items()}
+    def export_states(self) -> dict[int, Any]:
+        return dict(self.client_states)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from hdcfl_ray.algorithms.base import ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.models import build_split_model, flatten_module
 
 
-def initial_parameters(scenario: Scenario, dataset: ImageDataset) -> tuple[np.ndarray, np.ndarray]:
+def initial_parameters(scenario: Scenario, dataset: ImageDataset) -> ModelParams:
     model = build_split_model(scenario.model, in_channels=dataset.channels, num_classes=dataset.num_classes, seed=scenario.seed)
-    return flatten_module(model.encoder), flatten_module(model.head)
+    return ModelParams(encoder=flatten_module(model.encoder), head=flatten_module(model.head))

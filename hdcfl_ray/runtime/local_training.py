@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -37,8 +38,13 @@ def train_locally(
     optimizer_config: OptimizerConfig,
     generator: torch.Generator,
     train_head: bool = True,
+    train_encoder: bool = True,
+    regulariser: Callable[[SplitModel], torch.Tensor] | None = None,
 ) -> TrainStats:
-    """Train encoder (and head unless frozen) jointly for `epochs` passes over the data.
+    """Train encoder and head jointly (either may be frozen) for `epochs` passes.
+
+    A frozen part is left out of the optimizer, so weight decay and momentum
+    cannot move it either. `regulariser(model)` is added to every batch's loss.
 
     `inputs` are already transformed float tensors on the model's device; the
     generator alone decides the batch order, so a client's update does not depend
@@ -46,11 +52,14 @@ def train_locally(
     """
     model.encoder.train()
     model.head.train()
-    parameters = list(model.encoder.parameters())
-    if train_head:
-        parameters += list(model.head.parameters())
-    for parameter in model.head.parameters():
-        parameter.requires_grad_(train_head)
+    parameters: list[nn.Parameter] = []
+    for part, trainable in ((model.encoder, train_encoder), (model.head, train_head)):
+        for parameter in part.parameters():
+            parameter.requires_grad_(trainable)
+            if trainable:
+                parameters.append(parameter)
+    if not parameters:
+        raise ValueError("nothing to train: both encoder and head are frozen")
     optimizer = make_optimizer(parameters, optimizer_config)
     loss_fn = nn.CrossEntropyLoss()
     num_samples = int(inputs.shape[0])
@@ -64,6 +73,8 @@ def train_locally(
             batch = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model.head(model.encoder(inputs[batch])), labels[batch])
+            if regulariser is not None:
+                loss = loss + regulariser(model)
             if not torch.isfinite(loss):
                 nonfinite = True
                 break
@@ -74,7 +85,7 @@ def train_locally(
             steps += 1
         if nonfinite:
             break
-    for parameter in model.head.parameters():
+    for parameter in [*model.encoder.parameters(), *model.head.parameters()]:
         parameter.requires_grad_(True)
     mean_loss = total_loss / seen if seen else float("nan")
     return TrainStats(mean_loss=mean_loss, num_samples=num_samples, steps=steps, nonfinite=nonfinite)

@@ -3,9 +3,10 @@ server actor never imports torch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-import numpy as np
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult
 
 
 @dataclass(frozen=True)
@@ -16,26 +17,27 @@ class EvalStats:
 
 
 @dataclass(frozen=True)
-class TrainReport:
+class UploadMeta:
+    """The small half of a client's upload; the arrays travel as a separate object."""
+
     client_id: int
-    head: np.ndarray
     num_samples: int
     train_loss: float
     steps: int
-    accepted: bool  # False when the update held NaN/Inf and was thrown away
+    values: Mapping[str, Any]
+    accepted: bool  # False when the update held NaN/Inf: it is thrown away, the client's state kept
+    compute_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
-class EvalJob:
+class ClientJob:
     client_id: int
-    own_encoder: object | None  # ObjectRef (or array) of the client's cached encoder; None if it never trained
-    membership: np.ndarray | None  # personalised mixture weights, or None (use the global encoder)
+    task: ClientTask
 
 
 @dataclass(frozen=True)
 class EvalReport:
     client_id: int
     num_test_samples: int
-    global_ref: EvalStats  # (a) global encoder + own head
-    local_ref: EvalStats | None  # (b) own cached encoder + own head
-    personalised_ref: EvalStats | None  # (c) prototype mixture + own head
+    result: EvalResult
+    extra: Mapping[str, Any] = field(default_factory=dict)

@@ -1,46 +1,35 @@
-"""The server: global encoder, the cache of every client's latest encoder and head,
-one synchronous round at a time, and the algorithm's refresh hook.
+"""The server: runs one synchronous round at a time through the algorithm's hooks.
 
-`FederatedServer` is a plain object driving client host actors; `ServerActor` is
-the Ray actor around it. It imports no torch: its maths are numpy functions.
+It puts each broadcast object (the global encoder, prototypes, cluster models)
+in the object store once per round and sends ObjectRefs; collects the clients'
+updates as they finish and hands them to the algorithm in client-id order, so a
+run is reproducible whatever the arrival order; rejects updates holding NaN/Inf.
+`FederatedServer` is a plain object; `ServerActor` (runtime/actors.py) is the
+Ray actor around it. It imports no torch.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
 import ray
 
-from hdcfl_ray.algorithms.base import Algorithm, CachedClient, ClientUpdate, Personalisation
-from hdcfl_ray.runtime.messages import EvalJob, EvalReport, TrainReport
+from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams, RoundNotes, Upload
+from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.sampling import select_clients
-
-
-@dataclass(frozen=True)
-class RefreshSummary:
-    round_index: int
-    group_labels: dict[int, int]
-    memberships: dict[int, np.ndarray]
-    silhouette: float
-    effective_rank: int
-    num_groups: int
-    descriptor_kind: str
 
 
 @dataclass(frozen=True)
 class RoundReport:
     round_index: int
     selected: list[int]
-    train_reports: list[TrainReport]
-    rejected: list[int]
+    uploads: list[UploadMeta]  # client-id order, accepted and rejected
     eval_reports: list[EvalReport]
-    personalisation_active: bool
-    refresh: RefreshSummary | None
+    notes: RoundNotes
     server_seconds: float
-    group_labels: dict[int, int] = field(default_factory=dict)
-    memberships: dict[int, np.ndarray] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
 
 
 class FederatedServer:
@@ -49,7 +38,7 @@ class FederatedServer:
         algorithm: Algorithm,
         hosts: list,
         client_hosts: dict[int, int],
-        initial_encoder: np.ndarray,
+        initial: ModelParams,
         num_clients: int,
         clients_per_round: int,
         rounds: int,
@@ -59,101 +48,95 @@ class FederatedServer:
         self.algorithm = algorithm
         self.hosts = hosts
         self.client_hosts = client_hosts
-        self.global_encoder = np.array(initial_encoder, dtype=np.float32, copy=True)
         self.num_clients = num_clients
         self.clients_per_round = clients_per_round
         self.rounds = rounds
         self.eval_every = eval_every
         self.seed = seed
-        # Latest upload of every client: the encoder as an ObjectRef (the store
-        # keeps one copy) and the head, sample count and round as small values.
-        self.encoder_refs: dict[int, ray.ObjectRef] = {}
-        self.cache: dict[int, CachedClient] = {}
-        self.personalisation: Personalisation | None = None
-        self._prototypes_ref: ray.ObjectRef | None = None
+        self.state = algorithm.init_server(initial, num_clients)
+
+    def _put_broadcast(self, round_index: int) -> dict[str, Any]:
+        return {name: ray.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
+
+    def _jobs_per_host(self, tasks: dict[int, ClientTask]) -> dict[int, list[ClientJob]]:
+        jobs: dict[int, list[ClientJob]] = {}
+        for client_id in sorted(tasks):
+            jobs.setdefault(self.client_hosts[client_id], []).append(ClientJob(client_id, tasks[client_id]))
+        return jobs
 
     def run_round(self, round_index: int) -> RoundReport:
         started = time.perf_counter()
-        selected = select_clients(self.num_clients, self.clients_per_round, self.seed, round_index)
-        global_ref = ray.put(self.global_encoder)
-        round_encoder_refs: dict[int, ray.ObjectRef] = {}
-        report_refs: list[ray.ObjectRef] = []
+        events: list[str] = []
+        sampled = select_clients(self.num_clients, self.clients_per_round, self.seed, round_index)
+
+        probe_tasks = {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
+        if probe_tasks:
+            object_refs = self._put_broadcast(round_index)
+            futures = [
+                self.hosts[host].probe.remote(jobs, round_index, object_refs)
+                for host, jobs in sorted(self._jobs_per_host(probe_tasks).items())
+            ]
+            results = {k: v for batch in ray.get(futures) for k, v in batch.items()}
+            events += self.algorithm.absorb_probes(self.state, round_index, results).events
+
+        selected = sorted(self.algorithm.select(self.state, round_index, sampled))
+        object_refs = self._put_broadcast(round_index)
+        models_refs: dict[int, Any] = {}
+        meta_refs = []
         for client_id in selected:
+            task = self.algorithm.training_task(self.state, round_index, client_id)
             host = self.hosts[self.client_hosts[client_id]]
-            encoder_ref, report_ref = host.train.options(num_returns=2).remote(client_id, round_index, global_ref)
-            round_encoder_refs[client_id] = encoder_ref
-            report_refs.append(report_ref)
-        reports: dict[int, TrainReport] = {}
-        waiting = report_refs
-        while waiting:
+            needed = {name: object_refs[name] for name in task.models}
+            models_ref, meta_ref = host.train.options(num_returns=2).remote(client_id, round_index, task, needed)
+            models_refs[client_id] = models_ref
+            meta_refs.append(meta_ref)
+        metas: dict[int, UploadMeta] = {}
+        waiting = meta_refs
+        while waiting:  # take results as they finish; their order is fixed below
             done, waiting = ray.wait(waiting, num_returns=1)
-            for report_ref in done:
-                report: TrainReport = ray.get(report_ref)
-                reports[report.client_id] = report
-        # Aggregate in client-id order, whatever the arrival order, so a run is reproducible.
-        updates: list[ClientUpdate] = []
-        rejected: list[int] = []
-        for client_id in sorted(reports):
-            report = reports[client_id]
-            encoder_ref = round_encoder_refs[client_id]
-            if not report.accepted:
-                rejected.append(client_id)
+            meta: UploadMeta = ray.get(done[0])
+            metas[meta.client_id] = meta
+
+        uploads: list[Upload] = []
+        for client_id in sorted(metas):
+            meta = metas[client_id]
+            if not meta.accepted:
+                events.append(f"client {client_id}: update rejected (NaN/Inf); not aggregated")
                 continue
-            encoder = ray.get(encoder_ref)
-            updates.append(ClientUpdate(client_id, encoder, report.head, report.num_samples, report.train_loss))
-            self.encoder_refs[client_id] = encoder_ref
-            self.cache[client_id] = CachedClient(encoder, report.head, report.num_samples, round_index)
-        self.global_encoder = self.algorithm.aggregate(self.global_encoder, updates)
-
-        refresh_summary = None
-        if self.algorithm.is_refresh_round(round_index):
-            outcome = self.algorithm.refresh(round_index, self.global_encoder, self.cache)
-            if outcome is not None:
-                self.personalisation = outcome.personalisation
-                self._prototypes_ref = ray.put(outcome.personalisation.prototypes)
-                refresh_summary = RefreshSummary(
-                    round_index=round_index,
-                    group_labels=dict(outcome.personalisation.group_labels),
-                    memberships=dict(outcome.personalisation.memberships),
-                    silhouette=outcome.silhouette,
-                    effective_rank=outcome.effective_rank,
-                    num_groups=outcome.num_groups,
-                    descriptor_kind=outcome.descriptor_kind,
+            uploads.append(
+                Upload(
+                    client_id=client_id,
+                    num_samples=meta.num_samples,
+                    train_loss=meta.train_loss,
+                    steps=meta.steps,
+                    models=ray.get(models_refs[client_id]),
+                    values=meta.values,
+                    models_ref=models_refs[client_id],
                 )
+            )
+        notes = self.algorithm.aggregate(self.state, round_index, uploads)
+        events += notes.events
 
-        evaluated = round_index % self.eval_every == 0 or round_index == self.rounds or refresh_summary is not None
-        eval_reports = self._evaluate() if evaluated else []
-        personalisation = self.personalisation if self.algorithm.uses_personalisation else None
+        final = round_index == self.rounds
+        evaluated = round_index % self.eval_every == 0 or final or notes.refresh is not None
+        eval_reports = self._evaluate(round_index, final) if evaluated else []
         return RoundReport(
             round_index=round_index,
             selected=selected,
-            train_reports=[reports[k] for k in sorted(reports)],
-            rejected=rejected,
+            uploads=[metas[k] for k in sorted(metas)],
             eval_reports=eval_reports,
-            personalisation_active=personalisation is not None,
-            refresh=refresh_summary,
+            notes=notes,
             server_seconds=time.perf_counter() - started,
-            group_labels=dict(personalisation.group_labels) if personalisation else {},
-            memberships=dict(personalisation.memberships) if personalisation else {},
+            events=events,
         )
 
-    def _evaluate(self) -> list[EvalReport]:
-        global_ref = ray.put(self.global_encoder)
-        personalisation = self.personalisation if self.algorithm.uses_personalisation else None
-        jobs_per_host: dict[int, list[EvalJob]] = {}
-        for client_id in range(self.num_clients):
-            membership = personalisation.memberships.get(client_id) if personalisation else None
-            job = EvalJob(client_id, self.encoder_refs.get(client_id), membership)
-            jobs_per_host.setdefault(self.client_hosts[client_id], []).append(job)
-        mix = personalisation.mix if personalisation else 0.0
-        prototypes_ref = self._prototypes_ref if personalisation else None
-        futures = [
-            self.hosts[host_index].evaluate.remote(jobs, global_ref, prototypes_ref, mix)
-            for host_index, jobs in sorted(jobs_per_host.items())
-        ]
+    def _evaluate(self, round_index: int, final: bool) -> list[EvalReport]:
+        object_refs = self._put_broadcast(round_index)
+        tasks = {k: self.algorithm.evaluation_task(self.state, round_index, k, final) for k in range(self.num_clients)}
+        futures = []
+        for host_index, jobs in sorted(self._jobs_per_host(tasks).items()):
+            names = {name for job in jobs for name in job.task.models}
+            needed = {name: object_refs[name] for name in names}
+            futures.append(self.hosts[host_index].evaluate.remote(jobs, round_index, needed, final))
         reports = [report for batch in ray.get(futures) for report in batch]
         return sorted(reports, key=lambda report: report.client_id)
-
-    def global_encoder_value(self) -> np.ndarray:
-        return self.global_encoder
-

@@ -111,10 +111,10 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     session.check_capacity(num_hosts)
     client_hosts = assign_clients(num_clients, num_hosts)
     algorithm = build_algorithm(scenario)
-    initial_encoder, initial_head = initial_parameters(scenario, prepared.dataset)
-    hosts = start_hosts(prepared, client_hosts, num_hosts, initial_head, algorithm.local_training())
-    server = start_server(scenario, algorithm, hosts, client_hosts, initial_encoder, num_clients)
-    update_manifest(run_dir, num_client_hosts=num_hosts, encoder_parameters=int(initial_encoder.shape[0]))
+    initial = initial_parameters(scenario, prepared.dataset)
+    hosts = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
+    server = start_server(scenario, algorithm, hosts, client_hosts, initial, num_clients)
+    update_manifest(run_dir, num_client_hosts=num_hosts, encoder_parameters=int(initial.encoder.shape[0]))
     if observer is not None:
         observer.on_start(scenario, run_dir, num_hosts)
 

@@ -1,0 +1,38 @@
+"""Default hooks, so a method overrides only what it changes: sample-based
+selection, no probes, a private copy of the initial head per client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hdcfl_ray.algorithms.base import ClientTask, ModelParams, RoundNotes
+
+
+@dataclass
+class PrivateHead:
+    """Client state of methods whose only private part is the head."""
+
+    head: np.ndarray
+
+
+class AlgorithmDefaults:
+    name = "base"
+
+    def select(self, state: Any, round_index: int, sampled: list[int]) -> list[int]:
+        return sampled
+
+    def probe_task(self, state: Any, round_index: int, client_id: int) -> ClientTask | None:
+        return None
+
+    def absorb_probes(self, state: Any, round_index: int, results: Mapping[int, Mapping[str, Any]]) -> RoundNotes:
+        return RoundNotes()
+
+    def init_client(self, client_id: int, initial: ModelParams) -> Any:
+        assert initial.head is not None
+        return PrivateHead(head=np.array(initial.head, dtype=np.float32, copy=True))
+
+    def probe(self, ctx: Any, state: Any, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {}

@@ -1,0 +1,132 @@
+"""What a client hook sees inside a client host: the model skeleton, the client's
+data as tensors, the protocol settings and a generator fixed by (seed, client,
+round). Algorithms train and score through it and never touch Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
+from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
+from hdcfl_ray.runtime.local_training import TrainStats, evaluate, train_locally
+from hdcfl_ray.runtime.messages import EvalStats
+
+TensorPair = tuple[torch.Tensor, torch.Tensor]
+# extra loss term added to each batch's cross-entropy (e.g. a proximal pull)
+Regulariser = Callable[[SplitModel], torch.Tensor]
+
+
+@dataclass
+class ClientContext:
+    client_id: int
+    round_index: int
+    seed: int
+    model: SplitModel
+    encoder_index: FlatIndex
+    head_index: FlatIndex
+    protocol: ProtocolConfig
+    generator: torch.Generator
+    _train_data: Callable[[], TensorPair]
+    _test_data: Callable[[], TensorPair]
+
+    # ---- data ----
+    def train_data(self) -> TensorPair:
+        return self._train_data()
+
+    def test_data(self) -> TensorPair:
+        return self._test_data()
+
+    @property
+    def num_train(self) -> int:
+        return int(self.train_data()[1].shape[0])
+
+    def numpy_rng(self, stream: int = 0) -> np.random.Generator:
+        """A numpy generator fixed by (seed, client, round, stream)."""
+        return np.random.default_rng(np.random.SeedSequence([self.seed, self.client_id, self.round_index, 0xC11E, stream]))
+
+    # ---- weights ----
+    def load(self, params: ModelParams, head: np.ndarray | None = None) -> None:
+        """Load an encoder and a head (`head` overrides params.head)."""
+        load_flat_into(self.model.encoder, params.encoder, self.encoder_index)
+        head_vector = head if head is not None else params.head
+        if head_vector is None:
+            raise ValueError("no head given: pass params with a head or head=...")
+        load_flat_into(self.model.head, head_vector, self.head_index)
+
+    def snapshot(self) -> ModelParams:
+        return ModelParams(encoder=flatten_module(self.model.encoder), head=flatten_module(self.model.head))
+
+    # ---- training and scoring ----
+    def train(
+        self,
+        *,
+        epochs: int | None = None,
+        train_head: bool = True,
+        train_encoder: bool = True,
+        data: TensorPair | None = None,
+        optimizer: OptimizerConfig | None = None,
+        regulariser: Regulariser | None = None,
+    ) -> TrainStats:
+        """Train the loaded model with the protocol's optimizer (fresh state) and batch size."""
+        inputs, labels = data if data is not None else self.train_data()
+        return train_locally(
+            self.model,
+            inputs,
+            labels,
+            epochs=self.protocol.local_epochs if epochs is None else epochs,
+            batch_size=self.protocol.batch_size,
+            optimizer_config=optimizer or self.protocol.optimizer,
+            generator=self.generator,
+            train_head=train_head,
+            train_encoder=train_encoder,
+            regulariser=regulariser,
+        )
+
+    def score(self, params: ModelParams | None = None, head: np.ndarray | None = None, data: TensorPair | None = None) -> EvalStats:
+        """Accuracy and loss on the client's test set (or `data`) of the given (or loaded) model."""
+        if params is not None:
+            self.load(params, head)
+        inputs, labels = data if data is not None else self.test_data()
+        return evaluate(self.model, inputs, labels)
+
+    @torch.no_grad()
+    def per_sample_losses(self, params: ModelParams, data: TensorPair | None = None, head: np.ndarray | None = None) -> np.ndarray:
+        """Cross-entropy of every sample (eval mode, no grad): for loss-based cluster assignment."""
+        self.load(params, head)
+        inputs, labels = data if data is not None else self.train_data()
+        self.model.encoder.eval()
+        self.model.head.eval()
+        losses = []
+        for start in range(0, int(inputs.shape[0]), 512):
+            logits = self.model.head(self.model.encoder(inputs[start : start + 512]))
+            losses.append(nn.functional.cross_entropy(logits, labels[start : start + 512], reduction="none"))
+        return torch.cat(losses).cpu().numpy() if losses else np.zeros(0, dtype=np.float32)
+
+    @torch.no_grad()
+    def probabilities(self, params: ModelParams, data: TensorPair | None = None, head: np.ndarray | None = None) -> torch.Tensor:
+        """Softmax outputs (eval mode) on the test set or `data`: for output-space ensembles."""
+        self.load(params, head)
+        inputs, _ = data if data is not None else self.test_data()
+        self.model.encoder.eval()
+        self.model.head.eval()
+        parts = [
+            torch.softmax(self.model.head(self.model.encoder(inputs[start : start + 512])), dim=1)
+            for start in range(0, int(inputs.shape[0]), 512)
+        ]
+        return torch.cat(parts) if parts else torch.zeros(0)
+
+
+def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor) -> EvalStats:
+    """Accuracy and NLL of predicted class probabilities (an ensemble's output)."""
+    num_samples = int(labels.shape[0])
+    if num_samples == 0:
+        return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
+    picked = probabilities[torch.arange(num_samples), labels].clamp_min(1e-12)
+    accuracy = float((probabilities.argmax(dim=1) == labels).float().mean())
+    return EvalStats(accuracy=accuracy, loss=float(-picked.log().mean()), num_samples=num_samples)
