@@ -101,7 +101,10 @@ class Algorithm(Protocol):
     name: str
 
     # ---- server side (numpy only) ----
-    def init_server(self, initial: ModelParams, num_clients: int) -> Any: ...
+    # independent seeded initialisations a method asks for (cluster models, FedSoft centres)
+    independent_inits: int
+
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> Any: ...
 
     def select(self, state: Any, round_index: int, sampled: list[int]) -> list[int]: ...
 

@@ -20,6 +20,7 @@ class PrivateHead:
 
 class AlgorithmDefaults:
     name = "base"
+    independent_inits = 0
 
     def select(self, state: Any, round_index: int, sampled: list[int]) -> list[int]:
         return sampled

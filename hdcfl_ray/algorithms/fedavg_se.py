@@ -40,7 +40,7 @@ class FedAvgSE(AlgorithmDefaults):
     name = "fedavg_se"
 
     # ---- server ----
-    def init_server(self, initial: ModelParams, num_clients: int) -> SharedEncoderState:
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> SharedEncoderState:
         return SharedEncoderState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
 
     def broadcast(self, state: SharedEncoderState, round_index: int) -> dict[str, Any]:

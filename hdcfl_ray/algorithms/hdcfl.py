@@ -60,7 +60,7 @@ class HDCFL(FedAvgSE):
         return sum(1 for earlier in range(1, round_index) if self.is_refresh_round(earlier))
 
     # ---- server ----
-    def init_server(self, initial: ModelParams, num_clients: int) -> HDCFLState:
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> HDCFLState:
         return HDCFLState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
 
     def aggregate(self, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:

@@ -12,7 +12,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DATASET_NAMES = ("digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic")
-ALGORITHM_NAMES = ("fedavg_se", "hdcfl")
 
 
 class Section(BaseModel):
@@ -92,13 +91,73 @@ class HDCFLParams(Section):
     kmeans_init: int = Field(10, ge=1)
 
 
+class FedBABUParams(Section):
+    # personalisation after the last round: full-model fine-tuning on local training data
+    finetune_epochs: int = Field(5, ge=0)
+    finetune_lr: float = Field(1.0e-2, gt=0.0)
+    finetune_momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    finetune_weight_decay: float = Field(0.0, ge=0.0)
+
+
+class FedALAParams(Section):
+    layers: int = Field(2, ge=1)  # p: the top p parameter tensors are blended (tensors, not layers)
+    data_fraction: float = Field(0.8, gt=0.0, le=1.0)  # s
+    eta: float = Field(1.0, gt=0.0)  # weight learning rate
+    start_max_epochs: int = Field(50, ge=1)
+    start_patience: int = Field(3, ge=1)
+    start_tolerance: float = Field(1.0e-4, ge=0.0)
+
+
+class FedCEParams(Section):
+    clusters: int = Field(4, ge=1)  # S cluster models
+    smoothing: float = Field(1.0e-4, ge=0.0)  # sigma in the membership smoother
+    # a sample subset smaller than this is merged into the client's largest subset (null = one batch)
+    min_subset: int | None = Field(None, ge=1)
+    ensemble: Literal["output", "parameter"] = "output"
+
+
+class FedSoftParams(Section):
+    centers: int = Field(3, ge=1)  # S
+    proximal: float = Field(0.1, ge=0.0)  # lambda
+    importance_every: int = Field(2, ge=1)  # tau, in rounds
+    smoothing: float = Field(1.0e-4, ge=0.0)  # sigma
+    selection: int = Field(20, ge=1)  # K_sel clients per centre
+    # "auto": per-centre selection when K_sel < number of clients, else importance-weighted
+    # aggregation over all clients (logged); "select" / "weighted" force one.
+    selection_mode: Literal["auto", "select", "weighted"] = "auto"
+
+
+class IFCAParams(Section):
+    clusters: int = Field(4, ge=1)  # S cluster models
+    assignment_samples: int = Field(512, ge=1)  # at most this many local training samples for the loss
+
+
+class PACFLParams(Section):
+    basis_dim: int = Field(3, ge=1)  # p singular vectors per class (or for the whole data)
+    basis: Literal["per_class", "whole"] = "per_class"
+    threshold: float = Field(1.5, gt=0.0)
+    threshold_unit: Literal["radians", "degrees"] = "radians"
+    # principal angles (arccos of singular values of U_i^T U_j) or the reference's element-wise min arccos
+    proximity: Literal["principal", "elementwise"] = "principal"
+    linkage: Literal["average", "weighted", "complete", "single"] = "average"
+
+
+ALGORITHM_NAMES = ("fedavg_se", "hdcfl", "fedbabu", "fedala", "fedce", "fedsoft", "ifca", "pacfl", "fedavg", "local")
+
+
 class AlgorithmConfig(Section):
     """`name` picks the method; each method's parameters live in a section of its
     own, so one scenario can carry every method's settings and `--set
     algorithm.name=...` switches between them without a key becoming invalid."""
 
-    name: Literal["fedavg_se", "hdcfl"]
+    name: Literal["fedavg_se", "hdcfl", "fedbabu", "fedala", "fedce", "fedsoft", "ifca", "pacfl", "fedavg", "local"]
     hdcfl: HDCFLParams = HDCFLParams()
+    fedbabu: FedBABUParams = FedBABUParams()
+    fedala: FedALAParams = FedALAParams()
+    fedce: FedCEParams = FedCEParams()
+    fedsoft: FedSoftParams = FedSoftParams()
+    ifca: IFCAParams = IFCAParams()
+    pacfl: PACFLParams = PACFLParams()
 
 
 class OptimizerConfig(Section):

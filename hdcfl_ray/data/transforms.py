@@ -40,3 +40,17 @@ def _rotate(batch: torch.Tensor, degrees: float) -> torch.Tensor:
         return torch.rot90(batch, quarter_turns % 4, dims=(2, 3))
     # Rotating raw pixel values makes the fill value 0 mean black, as it would for a photo.
     return tvf.rotate(batch, float(degrees), interpolation=InterpolationMode.BILINEAR, fill=0.0)
+
+
+def rotate_uint8(images: np.ndarray, rotation_degrees: float = 0.0) -> np.ndarray:
+    """uint8 (B, H, W, C) rotated like `to_float_batch` rotates, kept as uint8 (B, H, W, C).
+
+    For methods that read raw pixels (PACFL's data subspaces): no normalisation,
+    no augmentation, the client's rotation applied."""
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"rotate_uint8 expects uint8 (B, H, W, C) images, got {images.dtype} {images.shape}")
+    if abs(rotation_degrees % 360.0) < 1e-9:
+        return np.ascontiguousarray(images)
+    batch = torch.from_numpy(images.astype(np.float32)).permute(0, 3, 1, 2).contiguous()
+    rotated = _rotate(batch, rotation_degrees).round_().clamp_(0, 255).to(torch.uint8)
+    return rotated.permute(0, 2, 3, 1).contiguous().numpy()

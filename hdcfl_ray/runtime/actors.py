@@ -59,6 +59,7 @@ def start_server(
     hosts: list,
     client_hosts: dict[int, int],
     initial: ModelParams,
+    independent: list[ModelParams],
     num_clients: int,
 ):
     # The server mostly waits on clients; it takes no CPU slot away from them.
@@ -67,6 +68,7 @@ def start_server(
         hosts,
         client_hosts,
         initial,
+        independent,
         num_clients,
         scenario.clients_per_round(),
         scenario.protocol.rounds,

@@ -34,6 +34,7 @@ class ClientContext:
     generator: torch.Generator
     _train_data: Callable[[], TensorPair]
     _test_data: Callable[[], TensorPair]
+    _raw_train: Callable[[], tuple[np.ndarray, np.ndarray]]
 
     # ---- data ----
     def train_data(self) -> TensorPair:
@@ -41,6 +42,11 @@ class ClientContext:
 
     def test_data(self) -> TensorPair:
         return self._test_data()
+
+    def raw_train(self) -> tuple[np.ndarray, np.ndarray]:
+        """The client's training images as stored (uint8, after its rotation; no
+        normalisation, no augmentation), shape (N, H, W, C), and their labels."""
+        return self._raw_train()
 
     @property
     def num_train(self) -> int:

@@ -17,7 +17,7 @@ import torch
 from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.partitions.client_data import ClientData
-from hdcfl_ray.data.transforms import to_float_batch
+from hdcfl_ray.data.transforms import rotate_uint8, to_float_batch
 from hdcfl_ray.models import FlatIndex, SplitModel, build_split_model
 from hdcfl_ray.runtime.client_context import ClientContext
 from hdcfl_ray.runtime.local_training import client_generator
@@ -115,6 +115,10 @@ class ClientHost:
             generator=client_generator(self.scenario.seed, client_id, round_index),
             _train_data=lambda: self._split_tensors(client, "train"),
             _test_data=lambda: self._split_tensors(client, "test"),
+            _raw_train=lambda: (
+                rotate_uint8(self.train_images[client.train_indices], client.rotation_degrees),
+                np.asarray(self.train_labels[client.train_indices]),
+            ),
         )
 
     @staticmethod

@@ -11,3 +11,15 @@ from hdcfl_ray.models import build_split_model, flatten_module
 def initial_parameters(scenario: Scenario, dataset: ImageDataset) -> ModelParams:
     model = build_split_model(scenario.model, in_channels=dataset.channels, num_classes=dataset.num_classes, seed=scenario.seed)
     return ModelParams(encoder=flatten_module(model.encoder), head=flatten_module(model.head))
+
+
+def independent_initialisations(scenario: Scenario, dataset: ImageDataset, count: int) -> list[ModelParams]:
+    """`count` further models, each from its own seed (distinct heads even when the
+    encoder comes from one pretrained file, which breaks cluster symmetry)."""
+    models = []
+    for index in range(count):
+        model = build_split_model(
+            scenario.model, in_channels=dataset.channels, num_classes=dataset.num_classes, seed=scenario.seed + 1000 * (index + 1)
+        )
+        models.append(ModelParams(encoder=flatten_module(model.encoder), head=flatten_module(model.head)))
+    return models

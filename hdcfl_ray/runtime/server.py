@@ -14,11 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams, RoundNotes, Upload
 from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.sampling import select_clients
+from hdcfl_ray.runtime.transport import RayTransport, Transport
 
 
 @dataclass(frozen=True)
@@ -39,12 +38,15 @@ class FederatedServer:
         hosts: list,
         client_hosts: dict[int, int],
         initial: ModelParams,
+        independent: list[ModelParams],
         num_clients: int,
         clients_per_round: int,
         rounds: int,
         eval_every: int,
         seed: int,
+        transport: Transport | None = None,
     ) -> None:
+        self.transport: Transport = transport or RayTransport()
         self.algorithm = algorithm
         self.hosts = hosts
         self.client_hosts = client_hosts
@@ -53,10 +55,10 @@ class FederatedServer:
         self.rounds = rounds
         self.eval_every = eval_every
         self.seed = seed
-        self.state = algorithm.init_server(initial, num_clients)
+        self.state = algorithm.init_server(initial, independent, num_clients)
 
     def _put_broadcast(self, round_index: int) -> dict[str, Any]:
-        return {name: ray.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
+        return {name: self.transport.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
 
     def _jobs_per_host(self, tasks: dict[int, ClientTask]) -> dict[int, list[ClientJob]]:
         jobs: dict[int, list[ClientJob]] = {}
@@ -73,10 +75,10 @@ class FederatedServer:
         if probe_tasks:
             object_refs = self._put_broadcast(round_index)
             futures = [
-                self.hosts[host].probe.remote(jobs, round_index, object_refs)
+                self.transport.call(self.hosts[host], "probe", jobs, round_index, object_refs)
                 for host, jobs in sorted(self._jobs_per_host(probe_tasks).items())
             ]
-            results = {k: v for batch in ray.get(futures) for k, v in batch.items()}
+            results = {k: v for future in futures for k, v in self.transport.get(future).items()}
             events += self.algorithm.absorb_probes(self.state, round_index, results).events
 
         selected = sorted(self.algorithm.select(self.state, round_index, sampled))
@@ -87,15 +89,11 @@ class FederatedServer:
             task = self.algorithm.training_task(self.state, round_index, client_id)
             host = self.hosts[self.client_hosts[client_id]]
             needed = {name: object_refs[name] for name in task.models}
-            models_ref, meta_ref = host.train.options(num_returns=2).remote(client_id, round_index, task, needed)
+            models_ref, meta_ref = self.transport.train(host, client_id, round_index, task, needed)
             models_refs[client_id] = models_ref
             meta_refs.append(meta_ref)
-        metas: dict[int, UploadMeta] = {}
-        waiting = meta_refs
-        while waiting:  # take results as they finish; their order is fixed below
-            done, waiting = ray.wait(waiting, num_returns=1)
-            meta: UploadMeta = ray.get(done[0])
-            metas[meta.client_id] = meta
+        # Results are taken as they finish; the order they are applied in is fixed below.
+        metas: dict[int, UploadMeta] = {meta.client_id: meta for meta in self.transport.as_completed(meta_refs)}
 
         uploads: list[Upload] = []
         for client_id in sorted(metas):
@@ -109,7 +107,7 @@ class FederatedServer:
                     num_samples=meta.num_samples,
                     train_loss=meta.train_loss,
                     steps=meta.steps,
-                    models=ray.get(models_refs[client_id]),
+                    models=self.transport.get(models_refs[client_id]),
                     values=meta.values,
                     models_ref=models_refs[client_id],
                 )
@@ -137,6 +135,6 @@ class FederatedServer:
         for host_index, jobs in sorted(self._jobs_per_host(tasks).items()):
             names = {name for job in jobs for name in job.task.models}
             needed = {name: object_refs[name] for name in names}
-            futures.append(self.hosts[host_index].evaluate.remote(jobs, round_index, needed, final))
-        reports = [report for batch in ray.get(futures) for report in batch]
+            futures.append(self.transport.call(self.hosts[host_index], "evaluate", jobs, round_index, needed, final))
+        reports = [report for future in futures for report in self.transport.get(future)]
         return sorted(reports, key=lambda report: report.client_id)

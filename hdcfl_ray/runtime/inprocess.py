@@ -1,0 +1,62 @@
+"""Run a scenario's rounds in this process, with no Ray: one plain ClientHost
+owning every client and the same FederatedServer round logic. For algorithm
+tests and debugging; `simulation.run_simulation` is the real runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hdcfl_ray.algorithms.base import Algorithm
+from hdcfl_ray.algorithms.registry import build_algorithm
+from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
+from hdcfl_ray.runtime.server import FederatedServer, RoundReport
+from hdcfl_ray.runtime.transport import InProcessTransport
+
+
+@dataclass
+class InProcessRun:
+    server: FederatedServer
+    host: ClientHost
+    algorithm: Algorithm
+
+    def run_round(self, round_index: int) -> RoundReport:
+        return self.server.run_round(round_index)
+
+    def run_all(self) -> list[RoundReport]:
+        return [self.run_round(t) for t in range(1, self.server.rounds + 1)]
+
+
+def in_process_run(prepared, algorithm: Algorithm | None = None) -> InProcessRun:
+    """`prepared` is a `simulation.PreparedRun`."""
+    scenario = prepared.scenario
+    dataset = prepared.dataset
+    algorithm = algorithm or build_algorithm(scenario)
+    initial = initial_parameters(scenario, dataset)
+    independent = independent_initialisations(scenario, dataset, algorithm.independent_inits)
+    host = ClientHost(
+        scenario,
+        algorithm,
+        dataset.train_images,
+        dataset.train_labels,
+        dataset.test_images,
+        dataset.test_labels,
+        list(prepared.partition.clients),
+        initial,
+        dataset.num_classes,
+    )
+    num_clients = prepared.partition.num_clients
+    server = FederatedServer(
+        algorithm,
+        [host],
+        {client_id: 0 for client_id in range(num_clients)},
+        initial,
+        independent,
+        num_clients,
+        scenario.clients_per_round(),
+        scenario.protocol.rounds,
+        scenario.protocol.eval_every,
+        scenario.seed,
+        transport=InProcessTransport(),
+    )
+    return InProcessRun(server=server, host=host, algorithm=algorithm)
