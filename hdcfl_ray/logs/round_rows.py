@@ -99,6 +99,9 @@ class RoundRowBuilder:
                 bottom20_accuracy_global=global_ref["bottom20"],
                 mean_accuracy_local=float(np.nanmean(local)) if np.isfinite(local).any() else ABSENT,
             )
+            groups = [r["group"] for r in client_rows if r["group"] is not None]
+            row["num_groups"] = len(set(groups)) if groups else None
+            row["ari_true"] = self._ari_true(client_rows)
             self.last_summary = dict(row)
         return row
 
@@ -138,6 +141,18 @@ class RoundRowBuilder:
         self.previous_groups = dict(refresh.group_labels)
         self.refresh_count += 1
         return row
+
+    def _ari_true(self, client_rows: list[dict[str, Any]]) -> float | None:
+        """ARI of the clients' current groups against the planted ones (any method with clusters)."""
+        pairs = [(r["true_group"], r["group"]) for r in client_rows if r["group"] is not None and r["true_group"] is not None]
+        if self.true_groups is None or len(pairs) < 2:
+            return None
+        truth, found = zip(*pairs)
+        return _finite_or_nan(adjusted_rand(np.array(truth), np.array(found)))
+
+    @staticmethod
+    def event_rows(report: RoundReport) -> list[dict[str, Any]]:
+        return [{"round": report.round_index, "message": message} for message in report.events]
 
     @staticmethod
     def update_rows(report: RoundReport) -> list[dict[str, Any]]:

@@ -45,6 +45,8 @@ ROUNDS_SCHEMA = pa.schema(
         ("bottom20_accuracy_global", pa.float64()),
         ("mean_accuracy_local", pa.float64()),
         ("personalized", pa.bool_()),
+        ("num_groups", pa.int32()),
+        ("ari_true", pa.float64()),
         ("wall_time_s", pa.float64()),
         ("elapsed_s", pa.float64()),
     ]
@@ -80,7 +82,15 @@ UPDATES_SCHEMA = pa.schema(
     ]
 )
 
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("message", pa.string()),
+    ]
+)
+
 TABLE_SCHEMAS = {
+    "events": EVENTS_SCHEMA,
     "clients": CLIENTS_SCHEMA,
     "rounds": ROUNDS_SCHEMA,
     "refresh": REFRESH_SCHEMA,

@@ -31,7 +31,7 @@ from hdcfl_ray.runtime.ray_session import RaySession
 class RunObserver(Protocol):
     def on_start(self, scenario: Scenario, run_dir: Path, num_hosts: int) -> None: ...
 
-    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None) -> None: ...
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None: ...
 
     def on_finish(self, summary: "RunSummary") -> None: ...
 
@@ -58,6 +58,10 @@ def prepare_run(scenario: Scenario) -> PreparedRun:
     check_partition_against_dataset(
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )
+    try:
+        build_algorithm(scenario)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from exc
     try:
         partition = build_partition(
             scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
@@ -135,12 +139,13 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
             )
             writer.write_part("clients", round_index, client_rows)
             writer.write_part("updates", round_index, rows.update_rows(report))
+            writer.write_part("events", round_index, rows.event_rows(report))
             if refresh_row is not None:
                 writer.write_part("refresh", round_index, [refresh_row])
                 last_refresh = refresh_row
             writer.write_part("rounds", round_index, [round_row])
             if observer is not None:
-                observer.on_round(round_row, refresh_row)
+                observer.on_round(round_row, refresh_row, list(report.events))
     finally:
         for actor in [server, *hosts]:
             ray.kill(actor)

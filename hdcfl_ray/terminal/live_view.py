@@ -32,7 +32,7 @@ class QuietObserver:
     def on_start(self, scenario: Scenario, run_dir: Path, num_hosts: int) -> None:
         pass
 
-    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None) -> None:
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None:
         pass
 
     def on_finish(self, summary: Any) -> None:
@@ -69,7 +69,9 @@ class LiveView:
         self.live = Live(Group(self.progress, self.status), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
-    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None) -> None:
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None:
+        for message in events:
+            self.console.print(f"[dim]round {round_row['round']}:[/] {message}", highlight=False)
         if round_row.get("evaluated"):
             self.last_evaluated = round_row
         if refresh_row is not None:

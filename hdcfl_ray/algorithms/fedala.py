@@ -1,0 +1,124 @@
+"""FedALA: FedAvg on the whole model, plus Adaptive Local Aggregation on each client
+(spec §3; the blend itself lives in `ala`).
+
+Server: the whole model (encoder, head, BatchNorm statistics) is averaged with
+sample weights over the round's participants; the same model is broadcast to all.
+
+Client state: the old local model theta_i (None until the client first trains),
+the ALA weights W_i (one array per blended tensor; None means all ones) and the
+start-phase flag. A participant builds its starting model by ALA from the global
+model, trains the full model for E epochs, uploads it, and keeps the trained
+model as its new theta_i together with the W_i and phase ALA produced.
+
+Evaluation: every client, participant or not, is scored on the model ALA builds
+from the current global model and its committed state (the PFLlib convention).
+Evaluate hooks cannot change client state, so this ALA pass is a dry run: its
+learned weights and phase are thrown away, and a client whose start phase has not
+run yet repeats a start-phase pass at each evaluation until it next trains.
+"personalized" is the headline; "global" (the global model with its global head)
+and, once it exists, "local" (theta_i) are logged beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.ala import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.config.schema import FedALAParams, Scenario
+
+
+@dataclass(frozen=True)
+class ALAClientState:
+    local: ModelParams | None = None  # theta_i: the client's last trained model
+    weights: tuple[np.ndarray, ...] | None = None  # W_i, kept across rounds
+    start_phase: bool = True
+
+
+@dataclass
+class FedALAServerState:
+    model: ModelParams
+
+
+class FedALA(AlgorithmDefaults):
+    name = "fedala"
+
+    def __init__(self, params: FedALAParams, scenario: Scenario) -> None:
+        self.params = params
+
+    # ---- server ----
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedALAServerState:
+        if initial.head is None:
+            raise ValueError("FedALA averages the whole model, but the initial model has no head")
+        return FedALAServerState(model=initial)
+
+    def broadcast(self, state: FedALAServerState, round_index: int) -> dict[str, Any]:
+        return {"global": state.model}
+
+    def training_task(self, state: FedALAServerState, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def aggregate(self, state: FedALAServerState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        events: list[str] = []
+        if round_index == 1:
+            events.append(
+                f"fedala: whole model averaged with BatchNorm statistics; ALA blends the top {self.params.layers} "
+                "parameter tensors, BatchNorm buffers restored after each ALA pass"
+            )
+        if not uploads:
+            return RoundNotes(events=tuple(events))
+        ordered = sorted(uploads, key=lambda upload: upload.client_id)
+        weights = [u.num_samples for u in ordered]
+        state.model = ModelParams(
+            encoder=weighted_average([u.models["model"].encoder for u in ordered], weights),
+            head=weighted_average([u.models["model"].head for u in ordered], weights),
+        )
+        # The start phase can stall; the epoch counts show how often it hit its cap.
+        epochs = ", ".join(f"{u.client_id}:{int(u.values.get('ala_epochs', 0))}" for u in ordered)
+        events.append(f"fedala: ALA weight-learning epochs per participant (client:epochs) {epochs}")
+        return RoundNotes(events=tuple(events))
+
+    def evaluation_task(self, state: FedALAServerState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    # ---- client ----
+    def init_client(self, client_id: int, initial: ModelParams) -> ALAClientState:
+        return ALAClientState()
+
+    def local_update(
+        self, ctx: Any, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any]
+    ) -> tuple[Upload, ALAClientState]:
+        outcome = adaptive_local_init(
+            ctx, objects["global"], state.local, state.weights, state.start_phase, self.params, TRAINING_SUBSET_STREAM
+        )
+        ctx.load(outcome.initial)
+        stats = ctx.train()
+        trained = ctx.snapshot()
+        values: dict[str, Any] = {"ala_epochs": outcome.epochs}
+        if outcome.epoch_losses:
+            values["ala_loss"] = outcome.epoch_losses[-1]
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models={"model": trained},
+            values=values,
+        )
+        return upload, ALAClientState(local=trained, weights=outcome.weights, start_phase=outcome.start_phase)
+
+    def evaluate(self, ctx: Any, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        global_model: ModelParams = objects["global"]
+        references = {"global": ctx.score(global_model)}
+        if state.local is not None:
+            references["local"] = ctx.score(state.local)
+        outcome = adaptive_local_init(
+            ctx, global_model, state.local, state.weights, state.start_phase, self.params, EVALUATION_SUBSET_STREAM
+        )
+        references["personalized"] = ctx.score(outcome.initial)
+        return EvalResult(references=references, headline="personalized")

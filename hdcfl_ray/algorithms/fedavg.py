@@ -1,0 +1,57 @@
+"""FedAvg: one global model (encoder and head), sample-weighted averaging.
+
+A reference row: every client is scored with the same global model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+
+
+@dataclass
+class GlobalModelState:
+    model: ModelParams
+
+
+class FedAvg(AlgorithmDefaults):
+    name = "fedavg"
+
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> GlobalModelState:
+        return GlobalModelState(model=initial)
+
+    def init_client(self, client_id: int, initial: ModelParams) -> None:
+        return None  # nothing is private
+
+    def broadcast(self, state: GlobalModelState, round_index: int) -> dict[str, Any]:
+        return {"global": state.model}
+
+    def training_task(self, state: GlobalModelState, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def aggregate(self, state: GlobalModelState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if uploads:
+            ordered = sorted(uploads, key=lambda upload: upload.client_id)
+            weights = [u.num_samples for u in ordered]
+            state.model = ModelParams(
+                encoder=weighted_average([u.models["model"].encoder for u in ordered], weights),
+                head=weighted_average([u.models["model"].head for u in ordered], weights),
+            )
+        return RoundNotes()
+
+    def evaluation_task(self, state: GlobalModelState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
+        ctx.load(objects["global"])
+        stats = ctx.train()
+        upload = Upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, models={"model": ctx.snapshot()})
+        return upload, None
+
+    def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        return EvalResult(references={"global": ctx.score(objects["global"])}, headline="global")

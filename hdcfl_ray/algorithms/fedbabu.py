@@ -1,0 +1,106 @@
+"""FedBABU: train and average the body under one frozen random head; personalise once,
+at the end, by fine-tuning the whole model on each client's training data (spec §2).
+
+The head h_0 is the seeded initial head. The server keeps the only copy and
+broadcasts it with the global encoder, so every client trains under the same head
+and clients hold no private state at all. Local training leaves the head out of the
+optimizer (`train_head=False`), so neither weight decay nor momentum can move it.
+The encoder vector, BatchNorm running statistics included (§0 [REC]), is averaged
+with sample weights over the round's participants.
+
+Evaluation: every round each client scores (global encoder, h_0), logged as
+"global" and used as the headline. At the final evaluation each client copies
+(global encoder, h_0), fine-tunes all of it with a fresh SGD optimizer on its
+training split only (BatchNorm in train mode, the protocol's batch size) and is
+judged by the result, "personalized"; "global" is logged beside it as the
+pre-fine-tuning number. Fine-tuning happens in the evaluate hook, so it never
+changes client state: the fine-tuned model exists for scoring only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.config.schema import FedBABUParams, OptimizerConfig, Scenario
+
+
+@dataclass
+class FedBABUState:
+    global_encoder: np.ndarray
+    head: np.ndarray  # h_0: fixed for the whole run, the same for every client
+
+
+def finetune_optimizer(params: FedBABUParams) -> OptimizerConfig:
+    """The fresh optimizer of the final full-model fine-tuning (spec §2, step 5)."""
+    return OptimizerConfig(
+        name="sgd", lr=params.finetune_lr, momentum=params.finetune_momentum, weight_decay=params.finetune_weight_decay
+    )
+
+
+class FedBABU(AlgorithmDefaults):
+    name = "fedbabu"
+
+    def __init__(self, params: FedBABUParams, scenario: Scenario) -> None:
+        self.params = params
+        self.finetune_optimizer = finetune_optimizer(params)
+
+    # ---- server ----
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedBABUState:
+        if initial.head is None:
+            raise ValueError("FedBABU needs the seeded initial head h_0, but the initial model has none")
+        return FedBABUState(
+            global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True),
+            head=np.array(initial.head, dtype=np.float32, copy=True),
+        )
+
+    def broadcast(self, state: FedBABUState, round_index: int) -> dict[str, Any]:
+        return {"global": ModelParams(encoder=state.global_encoder, head=state.head)}
+
+    def training_task(self, state: FedBABUState, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def aggregate(self, state: FedBABUState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        events: tuple[str, ...] = ()
+        if round_index == 1:
+            events = ("fedbabu: head h_0 frozen and shared by all clients; encoder averaged with BatchNorm statistics",)
+        if not uploads:
+            return RoundNotes(events=events)
+        ordered = sorted(uploads, key=lambda upload: upload.client_id)
+        state.global_encoder = weighted_average([u.models["encoder"] for u in ordered], [u.num_samples for u in ordered])
+        return RoundNotes(events=events)
+
+    def evaluation_task(self, state: FedBABUState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    # ---- client ----
+    def init_client(self, client_id: int, initial: ModelParams) -> None:
+        return None  # h_0 arrives with every broadcast; nothing is private until the final fine-tuning
+
+    def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
+        shared: ModelParams = objects["global"]
+        ctx.load(shared)
+        stats = ctx.train(train_head=False)
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models={"encoder": ctx.snapshot().encoder},
+        )
+        return upload, None
+
+    def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        shared: ModelParams = objects["global"]
+        references = {"global": ctx.score(shared)}
+        if not final:
+            return EvalResult(references=references, headline="global")
+        ctx.load(shared)
+        ctx.train(epochs=self.params.finetune_epochs, data=ctx.train_data(), optimizer=self.finetune_optimizer)
+        references["personalized"] = ctx.score()
+        return EvalResult(references=references, headline="personalized")

@@ -1,0 +1,252 @@
+"""FedSoft: S soft cluster centres, one persistent personal model w_k per client,
+and a proximal pull of every w_k toward all centres weighted by the client's
+importance weights u_k (spec/baselines.md section 5).
+
+Choices made here, each documented where it acts:
+- Full models: centres and w_k are encoder plus head ([REC] section 0); the
+  client's private head of other methods is unused. Centres start from S
+  independently seeded models (logged at round 1); every w_k starts from the
+  shared initial model.
+- Importance estimation runs for every client at round 1 (so u exists before the
+  first local update) and then whenever t mod tau == 0. u_k is renormalised to
+  sum to one after smoothing (see `importance.importance_weights`).
+- Selection ("auto"): with K_sel < K each centre draws K_sel distinct clients
+  with probabilities v_{s,.} from all K clients; the union trains and the
+  runtime's uniform sample is ignored. With K_sel >= K every centre would select
+  everybody and collapse to one plain average, so instead every client trains
+  and c_s = sum_k v_{s,k} w_k; this switch is logged at round 1. "select" and
+  "weighted" force a mode ("select" with K_sel >= K then draws all K clients).
+- The proximal term covers model parameters only; BatchNorm running statistics
+  are not pulled, but they are averaged into the centres with everything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.importance import argmin_counts, importance_weights, select_per_centre, server_weights
+from hdcfl_ray.config.schema import FedSoftParams, Scenario
+
+SELECTION_STREAM = 0x50F7  # server RNG stream of the per-centre client draws
+
+
+def centre_name(index: int) -> str:
+    return f"center_{index}"
+
+
+@dataclass
+class FedSoftState:
+    centres: list[ModelParams]
+    num_clients: int
+    weighted: bool  # True: importance-weighted aggregation over all clients; False: per-centre selection
+    importance: np.ndarray  # u, (K, S), rows sum to one
+    num_samples: np.ndarray  # n_k, (K,)
+    weights: np.ndarray  # v, (S, K), rows sum to one
+    selections: list[np.ndarray] | None = None  # this round's clients per centre (selection mode)
+
+
+@dataclass
+class FedSoftClient:
+    """A client's persistent personal model w_k."""
+
+    model: ModelParams
+
+
+def proximal_anchor(centres: np.ndarray, importance: np.ndarray) -> tuple[np.ndarray, float]:
+    """Rewrite sum_s u_s ||w - c_s||^2 as U ||w - anchor||^2 + spread.
+
+    With U = sum_s u_s, anchor = sum_s u_s c_s / U and spread = sum_s u_s ||c_s - anchor||^2
+    the two sides are equal for every w, so a training step needs one distance
+    instead of S. `centres` is (S, D); the anchor is float32, the spread float64."""
+    stacked = np.asarray(centres, dtype=np.float64)
+    weights = np.asarray(importance, dtype=np.float64)
+    anchor = (weights[:, None] * stacked).sum(axis=0) / weights.sum()
+    spread = float((weights * ((stacked - anchor) ** 2).sum(axis=1)).sum())
+    return anchor.astype(np.float32), spread
+
+
+def parameter_columns(entries: Sequence[Any], parameter_names: Sequence[str]) -> list[slice]:
+    """Where each named parameter sits in a flat vector described by FlatIndex
+    `entries`; buffers (BatchNorm statistics) are skipped because they are not named."""
+    by_name = {entry.name: entry for entry in entries}
+    missing = [name for name in parameter_names if name not in by_name]
+    if missing:
+        raise ValueError(f"parameters {missing} are not in the flat index")
+    return [slice(by_name[name].offset, by_name[name].offset + by_name[name].size) for name in parameter_names]
+
+
+class FedSoft(AlgorithmDefaults):
+    name = "fedsoft"
+
+    def __init__(self, params: FedSoftParams, scenario: Scenario) -> None:
+        self.params = params
+        self.seed = scenario.seed
+        self.independent_inits = params.centers
+
+    def is_importance_round(self, round_index: int) -> bool:
+        return round_index == 1 or round_index % self.params.importance_every == 0
+
+    def centre_names(self) -> tuple[str, ...]:
+        return tuple(centre_name(s) for s in range(self.params.centers))
+
+    # ---- server ----
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedSoftState:
+        if len(independent) != self.params.centers:
+            raise ValueError(f"FedSoft needs {self.params.centers} independent centres, got {len(independent)}")
+        mode = self.params.selection_mode
+        weighted = mode == "weighted" or (mode == "auto" and self.params.selection >= num_clients)
+        centres = self.params.centers
+        importance = np.full((num_clients, centres), 1.0 / centres)
+        num_samples = np.ones(num_clients)
+        return FedSoftState(
+            centres=[ModelParams(np.array(m.encoder, dtype=np.float32), np.array(m.head, dtype=np.float32)) for m in independent],
+            num_clients=num_clients,
+            weighted=weighted,
+            importance=importance,
+            num_samples=num_samples,
+            weights=server_weights(importance, num_samples),
+        )
+
+    def startup_events(self, state: FedSoftState) -> tuple[str, ...]:
+        k, k_sel = state.num_clients, self.params.selection
+        events = [
+            f"fedsoft: {self.params.centers} centres start from independently seeded models (symmetry breaking); "
+            "client models start from the shared initial model"
+        ]
+        if state.weighted and self.params.selection_mode == "auto":
+            events.append(
+                f"fedsoft: selection {k_sel} >= {k} clients would select every client for every centre and collapse "
+                "the centres to one average; using no selection: all clients train, c_s = sum_k v_sk w_k"
+            )
+        elif state.weighted:
+            events.append("fedsoft: selection_mode=weighted: all clients train, c_s = sum_k v_sk w_k")
+        else:
+            events.append(
+                f"fedsoft: per-centre selection of {min(k_sel, k)} of {k} clients drawn with probabilities v_s "
+                "(the uniform per-round sample is not used)"
+            )
+            if k_sel >= k:
+                events.append(f"fedsoft: warning: selection {k_sel} >= {k} clients: every centre selects all clients")
+        return tuple(events)
+
+    def probe_task(self, state: FedSoftState, round_index: int, client_id: int) -> ClientTask | None:
+        return ClientTask(models=self.centre_names()) if self.is_importance_round(round_index) else None
+
+    def absorb_probes(self, state: FedSoftState, round_index: int, results: Mapping[int, Mapping[str, Any]]) -> RoundNotes:
+        for client_id in sorted(results):
+            state.importance[client_id] = np.asarray(results[client_id]["importance"], dtype=np.float64)
+            state.num_samples[client_id] = float(results[client_id]["num_samples"])
+        state.weights = server_weights(state.importance, state.num_samples)
+        dominant = np.bincount(np.argmax(state.importance, axis=1), minlength=self.params.centers)
+        events = self.startup_events(state) if round_index == 1 else ()
+        return RoundNotes(events=(*events, f"fedsoft: importance re-estimated; clients per dominant centre {dominant.tolist()}"))
+
+    def select(self, state: FedSoftState, round_index: int, sampled: list[int]) -> list[int]:
+        if state.weighted:
+            state.selections = None
+            return list(range(state.num_clients))
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, round_index, SELECTION_STREAM]))
+        state.selections = select_per_centre(state.weights, min(self.params.selection, state.num_clients), rng)
+        return sorted({int(k) for chosen in state.selections for k in chosen})
+
+    def broadcast(self, state: FedSoftState, round_index: int) -> dict[str, Any]:
+        return {centre_name(s): centre for s, centre in enumerate(state.centres)}
+
+    def training_task(self, state: FedSoftState, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask(models=self.centre_names(), payload={"importance": state.importance[client_id].copy()})
+
+    def aggregate(self, state: FedSoftState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        models = {upload.client_id: upload.models["model"] for upload in uploads}
+        events = []
+        for s in range(self.params.centers):
+            if state.selections is not None:
+                members = [int(k) for k in state.selections[s] if int(k) in models]
+                weights = [1.0] * len(members)  # importance already entered through the draw
+                events.append(f"fedsoft: centre {s} selected {state.selections[s].tolist()}, averaged {len(members)}")
+            else:
+                members = [k for k in sorted(models) if state.weights[s, k] > 0]
+                weights = [float(state.weights[s, k]) for k in members]
+            if not members:
+                events.append(f"fedsoft: centre {s} has no contributing upload this round; unchanged")
+                continue
+            state.centres[s] = ModelParams(
+                encoder=weighted_average([models[k].encoder for k in members], weights),
+                head=weighted_average([models[k].head for k in members], weights),
+            )
+        return RoundNotes(events=tuple(events))
+
+    def evaluation_task(self, state: FedSoftState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return ClientTask(payload={"importance": state.importance[client_id].copy()})
+
+    # ---- client ----
+    def init_client(self, client_id: int, initial: ModelParams) -> FedSoftClient:
+        assert initial.head is not None
+        return FedSoftClient(model=ModelParams(np.array(initial.encoder, dtype=np.float32), np.array(initial.head, dtype=np.float32)))
+
+    def probe(self, ctx: Any, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
+        losses = np.stack([ctx.per_sample_losses(objects[name]) for name in task.models])
+        counts = argmin_counts(losses)
+        return {"importance": importance_weights(counts, self.params.smoothing), "counts": counts, "num_samples": int(counts.sum())}
+
+    def local_update(self, ctx: Any, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedSoftClient]:
+        centres = [objects[name] for name in task.models]
+        regulariser = None
+        if self.params.proximal > 0:
+            regulariser = proximal_regulariser(ctx, centres, np.asarray(task.payload["importance"]), self.params.proximal)
+        ctx.load(state.model)  # continue from the client's own w_k, not from a centre
+        stats = ctx.train(regulariser=regulariser)
+        trained = ctx.snapshot()
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models={"model": trained},
+        )
+        return upload, FedSoftClient(model=trained)
+
+    def evaluate(self, ctx: Any, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        importance = np.asarray(task.payload["importance"], dtype=np.float64)
+        return EvalResult(
+            references={"personalized": ctx.score(state.model)},
+            headline="personalized",
+            group=int(np.argmax(importance)),
+            memberships=tuple(float(u) for u in importance),
+        )
+
+
+def proximal_regulariser(ctx: Any, centres: list[ModelParams], importance: np.ndarray, strength: float):
+    """(lambda/2) sum_s u_s ||w - c_s||^2 over the model's parameters, as a function
+    of the model for `ctx.train`. The centre side is reduced once per call to an
+    anchor and a constant (`proximal_anchor`), so each step costs one distance."""
+    import torch  # client side only: the server never imports torch
+
+    parts = ((ctx.model.encoder, ctx.encoder_index, "encoder"), (ctx.model.head, ctx.head_index, "head"))
+    targets: list[torch.Tensor] = []
+    spread = 0.0
+    for module, index, part in parts:
+        named = list(module.named_parameters())
+        columns = parameter_columns(index.entries, [name for name, _ in named])
+        vectors = np.stack([getattr(centre, part) for centre in centres])
+        anchor, part_spread = proximal_anchor(np.concatenate([vectors[:, c] for c in columns], axis=1), importance)
+        spread += part_spread
+        offset = 0
+        for (_, parameter), column in zip(named, columns):
+            size = column.stop - column.start
+            piece = torch.as_tensor(anchor[offset : offset + size], device=parameter.device).reshape(parameter.shape)
+            targets.append(piece)
+            offset += size
+    total_importance = float(np.sum(importance))
+
+    def regulariser(model: Any) -> torch.Tensor:
+        parameters = [*model.encoder.parameters(), *model.head.parameters()]
+        distance = torch.stack([(p - t).pow(2).sum() for p, t in zip(parameters, targets)]).sum()
+        return 0.5 * strength * (total_importance * distance + spread)
+
+    return regulariser

@@ -1,0 +1,52 @@
+"""Local-only training: every client trains its own full model and never shares it.
+
+A reference row: what a client reaches on its own data alone. The server
+aggregates nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+
+
+@dataclass
+class OwnModel:
+    model: ModelParams
+
+
+class LocalOnly(AlgorithmDefaults):
+    name = "local"
+
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> None:
+        return None
+
+    def init_client(self, client_id: int, initial: ModelParams) -> OwnModel:
+        return OwnModel(model=ModelParams(np.array(initial.encoder, copy=True), np.array(initial.head, copy=True)))
+
+    def broadcast(self, state: None, round_index: int) -> dict[str, Any]:
+        return {}
+
+    def training_task(self, state: None, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask()
+
+    def aggregate(self, state: None, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        return RoundNotes()
+
+    def evaluation_task(self, state: None, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return ClientTask()
+
+    def local_update(self, ctx: Any, state: OwnModel, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, OwnModel]:
+        ctx.load(state.model)
+        stats = ctx.train()
+        trained = ctx.snapshot()
+        # Only counts travel: the model stays on the client.
+        upload = Upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, models={})
+        return upload, OwnModel(model=trained)
+
+    def evaluate(self, ctx: Any, state: OwnModel, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        return EvalResult(references={"local": ctx.score(state.model)}, headline="local")
