@@ -81,6 +81,13 @@ def simulate(
         _fail_bad_input(error)
     run_dir = out or default_run_dir(scenario)
     observer = QuietObserver() if quiet else LiveView()
+    if not quiet:
+        dataset = prepared.dataset
+        Console().print(
+            f"[dim]{dataset.name}: {dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images; "
+            f"starting Ray and the client actors ...[/]",
+            highlight=False,
+        )
     try:
         summary = run_simulation(prepared, run_dir, observer)
     except ScenarioError as error:

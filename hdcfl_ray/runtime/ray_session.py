@@ -26,7 +26,8 @@ class RaySession:
             os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
             kwargs: dict[str, Any] = {
                 "include_dashboard": self.runtime.include_dashboard,
-                "logging_level": "WARNING",
+                # Ray's own start-up notices are noise to a simulator user; failures still raise.
+                "logging_level": "ERROR",
                 "configure_logging": True,
             }
             if self.runtime.include_dashboard:

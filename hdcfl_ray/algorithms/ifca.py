@@ -1,0 +1,156 @@
+"""IFCA: S full cluster models; each client joins the one with the lowest loss on
+its own data, trains it, and the server averages within clusters
+(spec/baselines.md, section 6; the model-averaging variant).
+
+- Symmetry breaking: the S models are S independent seeded initialisations
+  (encoder and head), so the first assignment is not a tie.
+- Assignment: mean cross-entropy of each cluster model on a fixed random subset
+  of at most `assignment_samples` of the client's training samples (the same
+  subset every round, seeded by the run seed and client id), eval mode, no grad;
+  argmin, ties to the lower index. The same rule on the current models picks the
+  model a client is evaluated with, for every client, participants or not.
+- Cluster objects are full models, so the client's private head is unused.
+- Clusters that get no members keep their weights; there is no revival step.
+  Sizes are logged every round, and so is how long a cluster has been empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.cluster_models import (
+    UPLOADED_MODEL,
+    average_within_clusters,
+    cluster_object_names,
+    cluster_objects,
+    cluster_sizes,
+    copy_model,
+    empty_clusters,
+    members_from_uploads,
+    models_from_objects,
+)
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.config.schema import IFCAParams, Scenario
+
+# Seed-sequence tag of the assignment subset (kept apart from every other stream).
+_SUBSET_STREAM = 0x1FCA
+
+
+def assignment_subset(num_samples: int, limit: int, seed: int, client_id: int) -> np.ndarray:
+    """Sorted indices of at most `limit` of a client's training samples; fixed by
+    (seed, client) so the subset is the same every round."""
+    if num_samples <= limit:
+        return np.arange(num_samples, dtype=np.int64)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, client_id, _SUBSET_STREAM]))
+    return np.sort(rng.choice(num_samples, size=limit, replace=False)).astype(np.int64)
+
+
+def choose_cluster(losses: Sequence[float]) -> int:
+    """argmin_j losses[j]; ties go to the lower index; a NaN loss never wins."""
+    values = np.asarray(losses, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("choose_cluster needs at least one loss")
+    return int(np.argmin(np.where(np.isnan(values), np.inf, values)))
+
+
+def cluster_losses(ctx: Any, models: Sequence[ModelParams], subset: np.ndarray) -> np.ndarray:
+    """Mean cross-entropy of every cluster model on the client's assignment subset."""
+    inputs, labels = ctx.train_data()
+    data = (inputs[subset], labels[subset])
+    return np.asarray([float(np.mean(ctx.per_sample_losses(model, data=data), dtype=np.float64)) for model in models])
+
+
+@dataclass
+class IFCAState:
+    models: list[ModelParams]
+    empty_since: dict[int, int] = field(default_factory=dict)  # cluster -> first round of its current empty run
+
+
+@dataclass(frozen=True)
+class IFCAClient:
+    """The cluster a client chose at its last training round (None before)."""
+
+    cluster: int | None = None
+
+
+class IFCA(AlgorithmDefaults):
+    name = "ifca"
+
+    def __init__(self, params: IFCAParams, scenario: Scenario) -> None:
+        self.params = params
+        self.seed = scenario.seed
+        self.clusters = params.clusters
+        self.independent_inits = params.clusters
+        self.names = cluster_object_names(params.clusters)
+
+    # ---- server ----
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> IFCAState:
+        if len(independent) != self.clusters:
+            raise ValueError(f"IFCA needs {self.clusters} independent initialisations, got {len(independent)}")
+        return IFCAState(models=[copy_model(model) for model in independent])
+
+    def broadcast(self, state: IFCAState, round_index: int) -> dict[str, Any]:
+        return cluster_objects(state.models)
+
+    def training_task(self, state: IFCAState, round_index: int, client_id: int) -> ClientTask:
+        return ClientTask(models=self.names)
+
+    def aggregate(self, state: IFCAState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        events: list[str] = []
+        if round_index == 1:
+            events.append(f"IFCA: {self.clusters} cluster models from {self.clusters} independent initialisations")
+        members = members_from_uploads(uploads, lambda upload: int(upload.values["cluster"]))
+        state.models = average_within_clusters(state.models, members)
+        sizes = cluster_sizes([member.cluster for member in members], self.clusters)
+        events.append(f"IFCA round {round_index}: cluster sizes {sizes}")
+        events += self._track_empty(state, round_index, sizes)
+        return RoundNotes(events=tuple(events))
+
+    @staticmethod
+    def _track_empty(state: IFCAState, round_index: int, sizes: list[int]) -> list[str]:
+        empty = empty_clusters(sizes)
+        for cluster in range(len(sizes)):
+            if cluster in empty:
+                state.empty_since.setdefault(cluster, round_index)
+            else:
+                state.empty_since.pop(cluster, None)
+        return [
+            f"IFCA: cluster {cluster} had no members (kept unchanged); empty for "
+            f"{round_index - state.empty_since[cluster] + 1} round(s) since round {state.empty_since[cluster]}"
+            for cluster in empty
+        ]
+
+    def evaluation_task(self, state: IFCAState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return ClientTask(models=self.names)
+
+    # ---- client ----
+    def init_client(self, client_id: int, initial: ModelParams) -> IFCAClient:
+        return IFCAClient()
+
+    def _assign(self, ctx: Any, models: list[ModelParams]) -> int:
+        subset = assignment_subset(ctx.num_train, self.params.assignment_samples, ctx.seed, ctx.client_id)
+        return choose_cluster(cluster_losses(ctx, models, subset))
+
+    def local_update(self, ctx: Any, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, IFCAClient]:
+        models = models_from_objects(objects, self.clusters)
+        chosen = self._assign(ctx, models)
+        ctx.load(models[chosen])
+        stats = ctx.train()
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models={UPLOADED_MODEL: ctx.snapshot()},
+            values={"cluster": chosen},
+        )
+        return upload, IFCAClient(cluster=chosen)
+
+    def evaluate(self, ctx: Any, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        models = models_from_objects(objects, self.clusters)
+        chosen = self._assign(ctx, models)
+        return EvalResult(references={"personalized": ctx.score(models[chosen])}, headline="personalized", group=chosen)

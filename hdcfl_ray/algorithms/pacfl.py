@@ -1,0 +1,154 @@
+"""PACFL: one-shot clustering of clients by the angles between their data
+subspaces, then FedAvg inside each cluster (spec/baselines.md, section 7).
+
+- Round 1 only: every client sends a basis of its raw training images (uint8
+  after its rotation, no normalisation, no augmentation; `subspaces.client_basis`).
+  The server computes the proximity matrix, clusters it agglomeratively with a
+  distance threshold (the number of clusters is discovered) and never re-clusters.
+- Every cluster model starts from the one shared initial model and is a full
+  model (encoder and head), so the client's private head is unused.
+- Each round a participant trains its cluster's model; the server averages within
+  each cluster; clusters without participants are unchanged.
+- Logged once: the clusters found, their sizes, the threshold with its unit and
+  the smallest and median pairwise angle, for calibrating `algorithm.pacfl.threshold`;
+  a threshold that merges every client into one cluster (PACFL is then FedAvg) is
+  called out. ARI against the planted groups comes from the evaluation `group`.
+- Linkage "average" is the reference's mean-of-rows rule, i.e. scipy "weighted"
+  (WPGMA), not scipy "average" (UPGMA); see `subspaces.SCIPY_LINKAGE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.cluster_models import (
+    UPLOADED_MODEL,
+    average_within_clusters,
+    cluster_object_name,
+    cluster_objects,
+    cluster_sizes,
+    copy_model,
+    members_from_uploads,
+)
+from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.subspaces import (
+    SCIPY_LINKAGE,
+    agglomerative_clusters,
+    client_basis,
+    data_matrix,
+    off_diagonal_summary,
+    proximity_matrix,
+    threshold_in_radians,
+)
+from hdcfl_ray.config.schema import PACFLParams, Scenario
+
+
+@dataclass
+class PACFLState:
+    initial: ModelParams
+    models: list[ModelParams]  # one per cluster; empty until the clustering round
+    labels: dict[int, int] | None = None  # client -> cluster, fixed once set
+    proximity: np.ndarray | None = None  # radians, client order
+
+
+class PACFL(AlgorithmDefaults):
+    name = "pacfl"
+
+    def __init__(self, params: PACFLParams, scenario: Scenario) -> None:
+        self.params = params
+        self.threshold_radians = threshold_in_radians(params.threshold, params.threshold_unit)
+        if params.linkage not in SCIPY_LINKAGE:
+            raise ValueError(f"algorithm.pacfl.linkage: {params.linkage!r} is not supported (choose {', '.join(SCIPY_LINKAGE)})")
+
+    # ---- server ----
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> PACFLState:
+        return PACFLState(initial=copy_model(initial), models=[])
+
+    def probe_task(self, state: PACFLState, round_index: int, client_id: int) -> ClientTask | None:
+        # One shot: bases are asked for until the clustering exists (round 1), never after.
+        return ClientTask() if state.labels is None else None
+
+    def absorb_probes(self, state: PACFLState, round_index: int, results: Mapping[int, Mapping[str, Any]]) -> RoundNotes:
+        if state.labels is not None or not results:
+            return RoundNotes()
+        client_ids = sorted(results)
+        proximity = proximity_matrix([np.asarray(results[k]["basis"]) for k in client_ids], self.params.proximity)
+        labels = agglomerative_clusters(proximity, self.threshold_radians, self.params.linkage)
+        state.proximity = proximity
+        state.labels = {k: int(labels[i]) for i, k in enumerate(client_ids)}
+        count = int(labels.max()) + 1 if labels.size else 0
+        state.models = [copy_model(state.initial) for _ in range(count)]
+        return RoundNotes(events=self._clustering_events(proximity, labels, count))
+
+    def _clustering_events(self, proximity: np.ndarray, labels: np.ndarray, count: int) -> tuple[str, ...]:
+        params = self.params
+        smallest, median = off_diagonal_summary(proximity)
+        threshold = f"{params.threshold:g} {params.threshold_unit} ({self.threshold_radians:.4g} rad, {np.rad2deg(self.threshold_radians):.4g} deg)"
+        linkage = f"{params.linkage} (scipy {SCIPY_LINKAGE[params.linkage]})"
+        events = [
+            f"PACFL: {count} cluster(s) from {labels.size} client subspaces, sizes {cluster_sizes(labels.tolist(), count)}; "
+            f"basis {params.basis} p={params.basis_dim}, proximity {params.proximity}, linkage {linkage}, threshold {threshold}; "
+            f"pairwise proximity smallest {smallest:.4g} rad, median {median:.4g} rad; clusters fixed from now on, "
+            "all starting from one shared initial model",
+        ]
+        if count == 1 and labels.size > 1:
+            events.append(
+                f"PACFL: algorithm.pacfl.threshold {threshold} merges all {labels.size} clients into one cluster, "
+                f"so PACFL reduces to FedAvg; the pairwise proximities run from {smallest:.4g} rad (smallest) to "
+                f"{median:.4g} rad (median): set algorithm.pacfl.threshold (with algorithm.pacfl.threshold_unit) "
+                "below the gap between the closest and the farther clients to split them"
+            )
+        return tuple(events)
+
+    def _labels(self, state: PACFLState) -> dict[int, int]:
+        if state.labels is None:
+            raise RuntimeError("PACFL has no clusters yet: the round-1 subspace probe did not run")
+        return state.labels
+
+    def broadcast(self, state: PACFLState, round_index: int) -> dict[str, Any]:
+        return cluster_objects(state.models)
+
+    def training_task(self, state: PACFLState, round_index: int, client_id: int) -> ClientTask:
+        cluster = self._labels(state)[client_id]
+        return ClientTask(models=(cluster_object_name(cluster),), payload={"cluster": cluster})
+
+    def aggregate(self, state: PACFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        labels = self._labels(state)
+        members = members_from_uploads(uploads, lambda upload: labels[upload.client_id])
+        state.models = average_within_clusters(state.models, members)
+        sizes = cluster_sizes([member.cluster for member in members], len(state.models))
+        return RoundNotes(events=(f"PACFL round {round_index}: participants per cluster {sizes}",))
+
+    def evaluation_task(self, state: PACFLState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        return self.training_task(state, round_index, client_id)
+
+    # ---- client ----
+    def init_client(self, client_id: int, initial: ModelParams) -> None:
+        return None  # nothing private: the basis is sent once, the model is the cluster's
+
+    def probe(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
+        images, labels = ctx.raw_train()
+        return {"basis": client_basis(data_matrix(images), labels, self.params.basis_dim, self.params.basis)}
+
+    def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
+        cluster = int(task.payload["cluster"])
+        ctx.load(objects[cluster_object_name(cluster)])
+        stats = ctx.train()
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models={UPLOADED_MODEL: ctx.snapshot()},
+            values={"cluster": cluster},
+        )
+        return upload, None
+
+    def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+        cluster = int(task.payload["cluster"])
+        stats = ctx.score(objects[cluster_object_name(cluster)])
+        return EvalResult(references={"personalized": stats}, headline="personalized", group=cluster)
