@@ -44,7 +44,8 @@ class TensorSlot:
     def read(self, params: ModelParams) -> np.ndarray:
         vector = params.encoder if self.part == "encoder" else params.head
         assert vector is not None
-        return np.asarray(vector[self.offset : self.offset + self.size], dtype=np.float32).reshape(self.shape)
+        # a copy: the source may be a read-only object-store buffer or a client's committed state
+        return np.array(vector[self.offset : self.offset + self.size], dtype=np.float32, copy=True).reshape(self.shape)
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,23 @@ def weight_step(weights: Any, gradient: Any, global_: Any, local: Any, eta: floa
 
 
 def start_phase_finished(epoch_losses: Sequence[float], max_epochs: int, patience: int, tolerance: float) -> bool:
-    """The start phase stops after `max_epochs` epochs, or once the epoch loss has not
-    gone below the best earlier loss by more than `tolerance` for `patience` epochs."""
+    """The start phase stops after `max_epochs` epochs, or after `patience` epochs in a
+    row that did not improve. An epoch improves when its loss is below the best loss
+    so far by more than `tolerance`; only improving epochs set a new best, so slow
+    drift below the tolerance cannot keep the phase alive."""
     if len(epoch_losses) >= max_epochs:
         return True
-    if len(epoch_losses) <= patience:
+    if not epoch_losses:
         return False
-    best_before = min(epoch_losses[:-patience])
-    return min(epoch_losses[-patience:]) >= best_before - tolerance
+    best = epoch_losses[0]
+    epochs_without_improvement = 0
+    for loss in epoch_losses[1:]:
+        if loss < best - tolerance:
+            best = loss
+            epochs_without_improvement = 0
+        else:
+            epochs_without_improvement += 1
+    return epochs_without_improvement >= patience
 
 
 def parameter_slots(
@@ -188,6 +198,8 @@ def _learn_weights(
 
     inputs, labels = ctx.train_data()
     num_samples = int(labels.shape[0])
+    if num_samples == 0:
+        return tuple(np.array(w, dtype=np.float32) for w in weights), []
     subset_size = max(1, int(params.data_fraction * num_samples))
     subset = ctx.numpy_rng(subset_stream).permutation(num_samples)[:subset_size]
     subset_index = torch.as_tensor(subset, dtype=torch.long, device=inputs.device)

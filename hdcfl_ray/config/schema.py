@@ -167,8 +167,77 @@ class OptimizerConfig(Section):
     weight_decay: float = Field(5.0e-4, ge=0.0)
 
 
+class Distribution(Section):
+    """A per-client value drawn once per run (seeded): constant, uniform(low, high),
+    or lognormal exp(N(mean, sigma))."""
+
+    kind: Literal["constant", "uniform", "lognormal"] = "constant"
+    value: float = Field(1.0, ge=0.0)
+    low: float = Field(0.5, ge=0.0)
+    high: float = Field(1.5, ge=0.0)
+    mean: float = 0.0
+    sigma: float = Field(0.5, ge=0.0)
+
+    @model_validator(mode="after")
+    def _ordered_bounds(self) -> "Distribution":
+        if self.kind == "uniform" and self.high < self.low:
+            raise ValueError(f"uniform needs low <= high (got low={self.low}, high={self.high})")
+        return self
+
+
+class SystemConfig(Section):
+    """System heterogeneity on a virtual clock: nothing sleeps in wall time.
+
+    A local update that processes n samples (local epochs x training samples)
+    lasts n / speed + delay virtual seconds."""
+
+    speed: Distribution = Distribution(kind="constant", value=100.0)  # samples per virtual second
+    delay: Distribution = Distribution(kind="constant", value=0.0)  # virtual seconds of network per update
+    # CSV or Parquet with columns client_id, speed, delay[, available_from, available_until]
+    # (virtual seconds); it overrides speed and delay for the clients it lists.
+    trace: str | None = None
+
+    @model_validator(mode="after")
+    def _positive_speed(self) -> "SystemConfig":
+        if self.speed.kind == "constant" and self.speed.value <= 0:
+            raise ValueError("speed.value must be > 0 samples per virtual second")
+        if self.speed.kind == "uniform" and self.speed.low <= 0:
+            raise ValueError("speed.low must be > 0 samples per virtual second")
+        return self
+
+
+class AvailabilityConfig(Section):
+    # always: every client can be selected; bernoulli: each client is online with
+    # `probability` in each round, independently (seeded)
+    kind: Literal["always", "bernoulli"] = "always"
+    probability: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class StragglerConfig(Section):
+    # virtual seconds a synchronous round waits; null = no deadline
+    deadline: float | None = Field(None, gt=0.0)
+    # wait_all: the paper's protocol; drop: updates finishing after the deadline are
+    # dropped; over_select: select ceil(n * over_selection), keep the first n to finish
+    policy: Literal["wait_all", "drop", "over_select"] = "wait_all"
+    over_selection: float = Field(1.3, ge=1.0)
+
+
+class AsyncConfig(Section):
+    concurrency: int = Field(10, ge=1)  # clients in flight
+    aggregation: Literal["fedasync", "fedbuff"] = "fedasync"
+    mixing: float = Field(0.6, gt=0.0, le=1.0)  # FedAsync alpha
+    buffer_size: int = Field(5, ge=1)  # FedBuff: apply every B updates
+    server_lr: float = Field(1.0, gt=0.0)  # FedBuff: step on the averaged buffered delta
+    staleness_exponent: float = Field(0.5, ge=0.0)  # s(tau) = (1 + tau) ** -a
+
+
+class CheckpointConfig(Section):
+    every: int | None = Field(10, ge=1)  # rounds (server versions in async mode) between checkpoints; null = never
+
+
 class ProtocolConfig(Section):
-    mode: Literal["sync"] = "sync"
+    mode: Literal["sync", "async"] = "sync"
+    # sync: rounds; async: server versions (each applied update or buffer flush is one)
     rounds: int = Field(20, ge=1)
     # fraction of clients per round in (0, 1], or an integer count >= 1
     participation: float | int = 1.0
@@ -177,6 +246,10 @@ class ProtocolConfig(Section):
     optimizer: OptimizerConfig = OptimizerConfig()
     # evaluate every client every N rounds (and always at the last round)
     eval_every: int = Field(1, ge=1)
+    availability: AvailabilityConfig = AvailabilityConfig()
+    system: SystemConfig = SystemConfig()
+    stragglers: StragglerConfig = StragglerConfig()
+    asynchronous: AsyncConfig = AsyncConfig()
 
     @field_validator("participation")
     @classmethod
@@ -225,6 +298,7 @@ class Scenario(Section):
     algorithm: AlgorithmConfig
     protocol: ProtocolConfig = ProtocolConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     output: OutputConfig = OutputConfig()
 
     @model_validator(mode="after")
@@ -234,6 +308,11 @@ class Scenario(Section):
             raise ValueError(
                 f"protocol.participation: {participation} clients per round is more than "
                 f"partition.num_clients = {self.partition.num_clients}"
+            )
+        stragglers = self.protocol.stragglers
+        if stragglers.policy == "drop" and stragglers.deadline is None:
+            raise ValueError(
+                "protocol.stragglers.policy: 'drop' needs protocol.stragglers.deadline (virtual seconds per round)"
             )
         if self.algorithm.name == "hdcfl":
             activation = self.algorithm.hdcfl.activation_round
@@ -245,6 +324,7 @@ class Scenario(Section):
         return self
 
     def clients_per_round(self) -> int:
+        """Clients a synchronous round wants to train (before availability and stragglers)."""
         participation = self.protocol.participation
         if isinstance(participation, int):
             return participation

@@ -77,8 +77,10 @@ class RoundRowBuilder:
         row: dict[str, Any] = {
             "round": report.round_index,
             "evaluated": bool(client_rows),
-            "num_participants": len(report.selected),
+            "num_participants": len(report.uploads),
             "num_rejected": sum(1 for upload in report.uploads if not upload.accepted),
+            "num_dropped": sum(1 for timing in report.timings if timing.status == "dropped_late"),
+            "virtual_time": report.virtual_time,
             "mean_train_loss": float(np.mean(losses)) if losses else ABSENT,
             "personalized": any(row["reference"] == "personalized" for row in client_rows),
             "wall_time_s": wall_time_s,
@@ -156,17 +158,24 @@ class RoundRowBuilder:
 
     @staticmethod
     def update_rows(report: RoundReport) -> list[dict[str, Any]]:
-        return [
-            {
-                "round": report.round_index,
-                "client_id": upload.client_id,
-                "status": "applied" if upload.accepted else "rejected_nonfinite",
-                "train_loss": upload.train_loss,
-                "num_samples": upload.num_samples,
-                "steps": upload.steps,
-            }
-            for upload in report.uploads
-        ]
+        uploads = {upload.client_id: upload for upload in report.uploads}
+        rows = []
+        for timing in report.timings:
+            upload = uploads.get(timing.client_id)
+            rows.append(
+                {
+                    "round": report.round_index,
+                    "client_id": timing.client_id,
+                    "status": timing.status,
+                    "virtual_start": timing.virtual_start,
+                    "virtual_finish": timing.virtual_finish,
+                    "staleness": timing.staleness,
+                    "train_loss": None if upload is None else upload.train_loss,
+                    "num_samples": None if upload is None else upload.num_samples,
+                    "steps": None if upload is None else upload.steps,
+                }
+            )
+        return rows
 
 
 def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray:

@@ -7,7 +7,7 @@ import ray
 from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.runtime.client_host import ClientHost
-from hdcfl_ray.runtime.server import FederatedServer
+from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
 
 ClientHostActor = ray.remote(ClientHost)
 ServerActor = ray.remote(FederatedServer)
@@ -54,24 +54,12 @@ def start_hosts(
 
 
 def start_server(
-    scenario: Scenario,
+    settings: ServerSettings,
     algorithm: Algorithm,
     hosts: list,
     client_hosts: dict[int, int],
     initial: ModelParams,
     independent: list[ModelParams],
-    num_clients: int,
 ):
     # The server mostly waits on clients; it takes no CPU slot away from them.
-    return ServerActor.options(num_cpus=0).remote(
-        algorithm,
-        hosts,
-        client_hosts,
-        initial,
-        independent,
-        num_clients,
-        scenario.clients_per_round(),
-        scenario.protocol.rounds,
-        scenario.protocol.eval_every,
-        scenario.seed,
-    )
+    return ServerActor.options(num_cpus=0).remote(algorithm, hosts, client_hosts, initial, independent, settings)

@@ -10,7 +10,7 @@ from hdcfl_ray.algorithms.base import Algorithm
 from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-from hdcfl_ray.runtime.server import FederatedServer, RoundReport
+from hdcfl_ray.runtime.server import FederatedServer, RoundReport, build_server_settings
 from hdcfl_ray.runtime.transport import InProcessTransport
 
 
@@ -45,18 +45,14 @@ def in_process_run(prepared, algorithm: Algorithm | None = None) -> InProcessRun
         initial,
         dataset.num_classes,
     )
-    num_clients = prepared.partition.num_clients
+    settings = build_server_settings(scenario, prepared.partition)
     server = FederatedServer(
         algorithm,
         [host],
-        {client_id: 0 for client_id in range(num_clients)},
+        {client_id: 0 for client_id in range(settings.num_clients)},
         initial,
         independent,
-        num_clients,
-        scenario.clients_per_round(),
-        scenario.protocol.rounds,
-        scenario.protocol.eval_every,
-        scenario.seed,
+        settings,
         transport=InProcessTransport(),
     )
     return InProcessRun(server=server, host=host, algorithm=algorithm)

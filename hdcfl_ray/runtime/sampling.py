@@ -1,13 +1,66 @@
-"""Which clients take part in a round: a pure function of (seed, round)."""
+"""Who trains in a synchronous round: a pure function of (seed, round), the
+clients' availability, and the straggler policy on the virtual clock."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
+from hdcfl_ray.config.schema import AvailabilityConfig, StragglerConfig
 
-def select_clients(num_clients: int, clients_per_round: int, seed: int, round_index: int) -> list[int]:
-    if clients_per_round >= num_clients:
-        return list(range(num_clients))
+
+def select_clients(num_clients: int, clients_per_round: int, seed: int, round_index: int, candidates: list[int] | None = None) -> list[int]:
+    """`clients_per_round` clients drawn without replacement from `candidates` (default all)."""
+    pool = list(range(num_clients)) if candidates is None else sorted(candidates)
+    if clients_per_round >= len(pool):
+        return pool
     rng = np.random.default_rng(np.random.SeedSequence([seed, round_index, 0x5A3]))
-    chosen = rng.choice(num_clients, size=clients_per_round, replace=False)
-    return sorted(int(client_id) for client_id in chosen)
+    chosen = rng.choice(len(pool), size=clients_per_round, replace=False)
+    return sorted(pool[int(i)] for i in chosen)
+
+
+def available_clients(num_clients: int, availability: AvailabilityConfig, seed: int, round_index: int) -> list[int]:
+    if availability.kind == "always":
+        return list(range(num_clients))
+    rng = np.random.default_rng(np.random.SeedSequence([seed, round_index, 0xA7A1]))
+    online = rng.random(num_clients) < availability.probability
+    return [client_id for client_id in range(num_clients) if online[client_id]]
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    trained: list[int]  # clients whose updates the round applies
+    dropped: list[int]  # selected clients whose updates arrive too late
+    finish_times: dict[int, float]  # virtual finish time of every selected client (round start = 0)
+    round_duration: float  # virtual seconds the round lasted
+
+
+def plan_round(selected: list[int], durations: dict[int, float], wanted: int, stragglers: StragglerConfig) -> RoundPlan:
+    """Apply the straggler policy to the selected clients' virtual durations.
+
+    wait_all: everyone; the round lasts as long as the slowest. drop: clients
+    finishing after the deadline are dropped. over_select: `selected` holds the
+    over-selected set; the first `wanted` to finish are kept (ties by client id),
+    and a deadline, when set, still drops late ones."""
+    order = sorted(selected, key=lambda client_id: (durations[client_id], client_id))
+    kept = list(order)
+    if stragglers.policy == "over_select":
+        kept = order[:wanted]
+    deadline = stragglers.deadline
+    missed_deadline = False
+    if deadline is not None and stragglers.policy in ("drop", "over_select"):
+        on_time = [client_id for client_id in kept if durations[client_id] <= deadline]
+        missed_deadline = len(on_time) < len(kept)
+        kept = on_time
+    dropped = sorted(set(selected) - set(kept))
+    # A round that dropped late clients ends at the deadline; otherwise when its last kept update lands.
+    duration = deadline if missed_deadline else max((durations[k] for k in kept), default=0.0)
+    return RoundPlan(trained=sorted(kept), dropped=dropped, finish_times={k: durations[k] for k in selected}, round_duration=duration)
+
+
+def selection_size(clients_per_round: int, stragglers: StragglerConfig, num_available: int) -> int:
+    if stragglers.policy == "over_select":
+        return min(num_available, math.ceil(clients_per_round * stragglers.over_selection))
+    return min(num_available, clients_per_round)

@@ -15,9 +15,48 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams, RoundNotes, Upload
+from hdcfl_ray.config.schema import ProtocolConfig
 from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
-from hdcfl_ray.runtime.sampling import select_clients
+from hdcfl_ray.runtime.sampling import available_clients, plan_round, select_clients, selection_size
 from hdcfl_ray.runtime.transport import RayTransport, Transport
+from hdcfl_ray.runtime.virtual_clock import ClientProfile
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    num_clients: int
+    clients_per_round: int
+    seed: int
+    protocol: ProtocolConfig
+    client_train_sizes: tuple[int, ...]
+    profiles: tuple[ClientProfile, ...]
+
+    @property
+    def rounds(self) -> int:
+        return self.protocol.rounds
+
+
+def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
+    """From a Scenario and a Partition (typed loosely: the server imports no data code)."""
+    from hdcfl_ray.runtime.virtual_clock import client_profiles
+
+    return ServerSettings(
+        num_clients=partition.num_clients,
+        clients_per_round=scenario.clients_per_round(),
+        seed=scenario.seed,
+        protocol=scenario.protocol,
+        client_train_sizes=tuple(client.num_train for client in partition.clients),
+        profiles=tuple(client_profiles(scenario.protocol.system, partition.num_clients, scenario.seed)),
+    )
+
+
+@dataclass(frozen=True)
+class UpdateTiming:
+    client_id: int
+    status: str  # applied | rejected_nonfinite | dropped_late
+    virtual_start: float
+    virtual_finish: float
+    staleness: int
 
 
 @dataclass(frozen=True)
@@ -29,6 +68,8 @@ class RoundReport:
     notes: RoundNotes
     server_seconds: float
     events: list[str] = field(default_factory=list)
+    timings: list[UpdateTiming] = field(default_factory=list)
+    virtual_time: float = 0.0  # virtual clock at the end of the round
 
 
 class FederatedServer:
@@ -39,23 +80,19 @@ class FederatedServer:
         client_hosts: dict[int, int],
         initial: ModelParams,
         independent: list[ModelParams],
-        num_clients: int,
-        clients_per_round: int,
-        rounds: int,
-        eval_every: int,
-        seed: int,
+        settings: ServerSettings,
         transport: Transport | None = None,
     ) -> None:
         self.transport: Transport = transport or RayTransport()
         self.algorithm = algorithm
         self.hosts = hosts
         self.client_hosts = client_hosts
-        self.num_clients = num_clients
-        self.clients_per_round = clients_per_round
-        self.rounds = rounds
-        self.eval_every = eval_every
-        self.seed = seed
-        self.state = algorithm.init_server(initial, independent, num_clients)
+        self.settings = settings
+        self.num_clients = settings.num_clients
+        self.rounds = settings.rounds
+        self.seed = settings.seed
+        self.state = algorithm.init_server(initial, independent, settings.num_clients)
+        self.virtual_time = 0.0
 
     def _put_broadcast(self, round_index: int) -> dict[str, Any]:
         return {name: self.transport.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
@@ -69,7 +106,20 @@ class FederatedServer:
     def run_round(self, round_index: int) -> RoundReport:
         started = time.perf_counter()
         events: list[str] = []
-        sampled = select_clients(self.num_clients, self.clients_per_round, self.seed, round_index)
+        settings = self.settings
+        protocol = settings.protocol
+        round_start = self.virtual_time
+        online = [
+            k
+            for k in available_clients(self.num_clients, protocol.availability, self.seed, round_index)
+            if settings.profiles[k].is_available(round_start)
+        ]
+        wanted = min(settings.clients_per_round, len(online))
+        sampled = select_clients(
+            self.num_clients, selection_size(settings.clients_per_round, protocol.stragglers, len(online)), self.seed, round_index, online
+        )
+        if not online:
+            events.append("no client is available this round; the global state is unchanged")
 
         probe_tasks = {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
         if probe_tasks:
@@ -82,10 +132,16 @@ class FederatedServer:
             events += self.algorithm.absorb_probes(self.state, round_index, results).events
 
         selected = sorted(self.algorithm.select(self.state, round_index, sampled))
+        durations = {
+            k: settings.profiles[k].update_duration(protocol.local_epochs * settings.client_train_sizes[k]) for k in selected
+        }
+        plan = plan_round(selected, durations, wanted if protocol.stragglers.policy == "over_select" else len(selected), protocol.stragglers)
+        if plan.dropped:
+            events.append(f"{len(plan.dropped)} of {len(selected)} selected clients missed the round (policy {protocol.stragglers.policy}): {plan.dropped}")
         object_refs = self._put_broadcast(round_index)
         models_refs: dict[int, Any] = {}
         meta_refs = []
-        for client_id in selected:
+        for client_id in plan.trained:
             task = self.algorithm.training_task(self.state, round_index, client_id)
             host = self.hosts[self.client_hosts[client_id]]
             needed = {name: object_refs[name] for name in task.models}
@@ -114,9 +170,20 @@ class FederatedServer:
             )
         notes = self.algorithm.aggregate(self.state, round_index, uploads)
         events += notes.events
+        self.virtual_time = round_start + plan.round_duration
+        timings = [
+            UpdateTiming(
+                client_id=k,
+                status=("applied" if metas[k].accepted else "rejected_nonfinite") if k in metas else "dropped_late",
+                virtual_start=round_start,
+                virtual_finish=round_start + plan.finish_times[k],
+                staleness=0,
+            )
+            for k in selected
+        ]
 
         final = round_index == self.rounds
-        evaluated = round_index % self.eval_every == 0 or final or notes.refresh is not None
+        evaluated = round_index % protocol.eval_every == 0 or final or notes.refresh is not None
         eval_reports = self._evaluate(round_index, final) if evaluated else []
         return RoundReport(
             round_index=round_index,
@@ -126,6 +193,8 @@ class FederatedServer:
             notes=notes,
             server_seconds=time.perf_counter() - started,
             events=events,
+            timings=timings,
+            virtual_time=self.virtual_time,
         )
 
     def _evaluate(self, round_index: int, final: bool) -> list[EvalReport]:

@@ -106,6 +106,7 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
 
 def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, observer: RunObserver | None) -> RunSummary:
     from hdcfl_ray.runtime.actors import start_hosts, start_server
+    from hdcfl_ray.runtime.server import build_server_settings
     from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
 
     scenario = prepared.scenario
@@ -118,7 +119,7 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     initial = initial_parameters(scenario, prepared.dataset)
     independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
     hosts = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
-    server = start_server(scenario, algorithm, hosts, client_hosts, initial, independent, num_clients)
+    server = start_server(build_server_settings(scenario, prepared.partition), algorithm, hosts, client_hosts, initial, independent)
     update_manifest(run_dir, num_client_hosts=num_hosts, encoder_parameters=int(initial.encoder.shape[0]))
     if observer is not None:
         observer.on_start(scenario, run_dir, num_hosts)
