@@ -46,6 +46,10 @@ from hdcfl_ray.algorithms.subspaces import (
 )
 from hdcfl_ray.config.schema import PACFLParams, Scenario
 
+# Below this median angle the clients' subspaces are indistinguishable in practice
+# (e.g. p * classes basis vectors in a space of few pixels); the merge event says so.
+_NEAR_ZERO_RADIANS = 1e-3
+
 
 @dataclass
 class PACFLState:
@@ -84,24 +88,33 @@ class PACFL(AlgorithmDefaults):
         state.models = [copy_model(state.initial) for _ in range(count)]
         return RoundNotes(events=self._clustering_events(proximity, labels, count))
 
+    def _threshold_text(self) -> str:
+        if self.params.threshold_unit == "degrees":
+            return f"{self.params.threshold:g} degrees ({self.threshold_radians:.4g} radians)"
+        return f"{self.params.threshold:g} radians ({np.rad2deg(self.threshold_radians):.4g} degrees)"
+
     def _clustering_events(self, proximity: np.ndarray, labels: np.ndarray, count: int) -> tuple[str, ...]:
         params = self.params
         smallest, median = off_diagonal_summary(proximity)
-        threshold = f"{params.threshold:g} {params.threshold_unit} ({self.threshold_radians:.4g} rad, {np.rad2deg(self.threshold_radians):.4g} deg)"
-        linkage = f"{params.linkage} (scipy {SCIPY_LINKAGE[params.linkage]})"
+        spread = f"pairwise proximity smallest {smallest:.4g} rad, median {median:.4g} rad"
         events = [
             f"PACFL: {count} cluster(s) from {labels.size} client subspaces, sizes {cluster_sizes(labels.tolist(), count)}; "
-            f"basis {params.basis} p={params.basis_dim}, proximity {params.proximity}, linkage {linkage}, threshold {threshold}; "
-            f"pairwise proximity smallest {smallest:.4g} rad, median {median:.4g} rad; clusters fixed from now on, "
-            "all starting from one shared initial model",
+            f"basis {params.basis} p={params.basis_dim}, proximity {params.proximity}, "
+            f"linkage {params.linkage} (scipy {SCIPY_LINKAGE[params.linkage]}), threshold {self._threshold_text()}; "
+            f"{spread}; clusters fixed from now on, all starting from one shared initial model",
         ]
         if count == 1 and labels.size > 1:
-            events.append(
-                f"PACFL: algorithm.pacfl.threshold {threshold} merges all {labels.size} clients into one cluster, "
-                f"so PACFL reduces to FedAvg; the pairwise proximities run from {smallest:.4g} rad (smallest) to "
-                f"{median:.4g} rad (median): set algorithm.pacfl.threshold (with algorithm.pacfl.threshold_unit) "
-                "below the gap between the closest and the farther clients to split them"
+            merged = (
+                f"PACFL: threshold {self._threshold_text()} merges all {labels.size} clients into one cluster, so PACFL "
+                f"reduces to FedAvg ({spread}); to split them set algorithm.pacfl.threshold below the median "
+                "(in the unit of algorithm.pacfl.threshold_unit)"
             )
+            if median < _NEAR_ZERO_RADIANS:
+                merged += (
+                    "; angles this close to zero mean the bases nearly fill the data space "
+                    "(try algorithm.pacfl.basis: whole or algorithm.pacfl.proximity: elementwise)"
+                )
+            events.append(merged)
         return tuple(events)
 
     def _labels(self, state: PACFLState) -> dict[int, int]:
