@@ -44,6 +44,23 @@ class FedAvg(AlgorithmDefaults):
             )
         return RoundNotes()
 
+    # ---- asynchronous mode: encoder and head mixed as one vector ----
+    def async_shared(self, state: GlobalModelState) -> np.ndarray:
+        return np.concatenate([state.model.encoder, state.model.head])
+
+    def async_set_shared(self, state: GlobalModelState, vector: np.ndarray) -> None:
+        size = state.model.encoder.shape[0]
+        state.model = ModelParams(encoder=np.asarray(vector[:size], np.float32), head=np.asarray(vector[size:], np.float32))
+
+    def async_upload_vector(self, upload: Upload) -> np.ndarray:
+        return np.concatenate([upload.models["model"].encoder, upload.models["model"].head])
+
+    def async_record(self, state: GlobalModelState, version: int, upload: Upload) -> None:
+        pass
+
+    def async_after_apply(self, state: GlobalModelState, version: int) -> RoundNotes:
+        return RoundNotes()
+
     def evaluation_task(self, state: GlobalModelState, round_index: int, client_id: int, final: bool) -> ClientTask:
         return ClientTask(models=("global",))
 

@@ -55,13 +55,29 @@ class FedAvgSE(AlgorithmDefaults):
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
         state.global_encoder = weighted_average([u.models["encoder"] for u in ordered], [u.num_samples for u in ordered])
         for upload in ordered:
-            state.cache[upload.client_id] = CachedClient(
-                encoder=upload.models["encoder"],
-                encoder_ref=upload.models_ref,
-                head=upload.values["head"],
-                num_samples=upload.num_samples,
-                round_index=round_index,
-            )
+            self.async_record(state, round_index, upload)
+        return RoundNotes()
+
+    # ---- asynchronous mode: the runtime mixes single updates into the shared vector ----
+    def async_shared(self, state: SharedEncoderState) -> np.ndarray:
+        return state.global_encoder
+
+    def async_set_shared(self, state: SharedEncoderState, vector: np.ndarray) -> None:
+        state.global_encoder = np.asarray(vector, dtype=np.float32)
+
+    def async_upload_vector(self, upload: Upload) -> np.ndarray:
+        return upload.models["encoder"]
+
+    def async_record(self, state: SharedEncoderState, version: int, upload: Upload) -> None:
+        state.cache[upload.client_id] = CachedClient(
+            encoder=upload.models["encoder"],
+            encoder_ref=upload.models_ref,
+            head=upload.values["head"],
+            num_samples=upload.num_samples,
+            round_index=version,
+        )
+
+    def async_after_apply(self, state: SharedEncoderState, version: int) -> RoundNotes:
         return RoundNotes()
 
     def evaluation_task(self, state: SharedEncoderState, round_index: int, client_id: int, final: bool) -> ClientTask:

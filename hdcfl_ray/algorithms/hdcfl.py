@@ -65,6 +65,13 @@ class HDCFL(FedAvgSE):
 
     def aggregate(self, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         super().aggregate(state, round_index, uploads)
+        return self._refresh_if_due(state, round_index)
+
+    def async_after_apply(self, state: HDCFLState, version: int) -> RoundNotes:
+        """In asynchronous mode rounds are server versions: refresh every R versions."""
+        return self._refresh_if_due(state, version)
+
+    def _refresh_if_due(self, state: HDCFLState, round_index: int) -> RoundNotes:
         if not self.is_refresh_round(round_index) or not state.cache:
             return RoundNotes()
         client_ids = sorted(state.cache)

@@ -7,10 +7,12 @@ import ray
 from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
 
 ClientHostActor = ray.remote(ClientHost)
 ServerActor = ray.remote(FederatedServer)
+AsyncServerActor = ray.remote(AsyncFederatedServer)
 
 
 def start_hosts(
@@ -62,4 +64,5 @@ def start_server(
     independent: list[ModelParams],
 ):
     # The server mostly waits on clients; it takes no CPU slot away from them.
-    return ServerActor.options(num_cpus=0).remote(algorithm, hosts, client_hosts, initial, independent, settings)
+    actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
+    return actor_class.options(num_cpus=0).remote(algorithm, hosts, client_hosts, initial, independent, settings)

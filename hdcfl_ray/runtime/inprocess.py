@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from hdcfl_ray.algorithms.base import Algorithm
 from hdcfl_ray.algorithms.registry import build_algorithm
+from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
 from hdcfl_ray.runtime.server import FederatedServer, RoundReport, build_server_settings
@@ -46,7 +47,8 @@ def in_process_run(prepared, algorithm: Algorithm | None = None) -> InProcessRun
         dataset.num_classes,
     )
     settings = build_server_settings(scenario, prepared.partition)
-    server = FederatedServer(
+    server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer
+    server = server_class(
         algorithm,
         [host],
         {client_id: 0 for client_id in range(settings.num_clients)},

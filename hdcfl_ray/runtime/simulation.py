@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import ray
 
+from hdcfl_ray.algorithms.base import supports_async
 from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
@@ -59,9 +60,18 @@ def prepare_run(scenario: Scenario) -> PreparedRun:
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )
     try:
-        build_algorithm(scenario)
+        algorithm = build_algorithm(scenario)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from exc
+    if scenario.protocol.mode == "async" and not supports_async(algorithm):
+        raise ScenarioError(
+            f"protocol.mode: 'async' works with fedavg_se, hdcfl and fedavg; {scenario.algorithm.name} runs "
+            f"synchronous rounds only (set protocol.mode: sync)"
+        )
+    if scenario.protocol.system.trace is not None:
+        from hdcfl_ray.runtime.virtual_clock import client_profiles
+
+        client_profiles(scenario.protocol.system, scenario.partition.num_clients, scenario.seed)
     try:
         partition = build_partition(
             scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed

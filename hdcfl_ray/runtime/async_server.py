@@ -1,0 +1,154 @@
+"""Asynchronous federation on the virtual clock (FedAsync and FedBuff styles).
+
+A fixed number of clients is in flight. Each starts from the current shared
+vector; its virtual finish time follows from its profile and work. Updates are
+applied in virtual-finish order (ties by client id), whatever order Ray
+finishes them in, so an asynchronous run is reproducible while the training
+itself runs in parallel. A "round" of the logs is one server version: one
+applied update (FedAsync) or one flushed buffer of B updates (FedBuff).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
+from hdcfl_ray.algorithms.base import RoundNotes, Upload
+from hdcfl_ray.runtime.messages import UploadMeta
+from hdcfl_ray.runtime.sampling import available_clients
+from hdcfl_ray.runtime.server import FederatedServer, RoundReport, UpdateTiming
+
+
+@dataclass
+class InFlight:
+    client_id: int
+    virtual_start: float
+    virtual_finish: float
+    base_version: int
+    base_vector: np.ndarray  # the shared vector the client started from (FedBuff deltas)
+    models_ref: Any
+    meta_ref: Any
+
+
+class AsyncFederatedServer(FederatedServer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.version = 0
+        self.dispatches = 0
+        self.in_flight: dict[int, InFlight] = {}
+        self.finish_queue: list[tuple[float, int]] = []
+        self.buffer: list[tuple[Upload, InFlight]] = []
+
+    # ---- dispatch ----
+    def _idle_clients(self) -> list[int]:
+        online = available_clients(self.num_clients, self.settings.protocol.availability, self.seed, self.dispatches + 1)
+        return [k for k in online if k not in self.in_flight and self.settings.profiles[k].is_available(self.virtual_time)]
+
+    def _dispatch(self, client_id: int) -> None:
+        self.dispatches += 1
+        settings = self.settings
+        work = settings.protocol.local_epochs * settings.client_train_sizes[client_id]
+        finish = self.virtual_time + settings.profiles[client_id].update_duration(work)
+        object_refs = self._put_broadcast(self.version)
+        task = self.algorithm.training_task(self.state, self.version, client_id)
+        needed = {name: object_refs[name] for name in task.models}
+        host = self.hosts[self.client_hosts[client_id]]
+        # the dispatch counter plays the round's part in the client's seed: every dispatch differs
+        models_ref, meta_ref = self.transport.train(host, client_id, self.dispatches, task, needed)
+        self.in_flight[client_id] = InFlight(
+            client_id, self.virtual_time, finish, self.version, np.array(self.algorithm.async_shared(self.state), copy=True), models_ref, meta_ref
+        )
+        heapq.heappush(self.finish_queue, (finish, client_id))
+
+    def _fill(self) -> None:
+        concurrency = self.settings.protocol.asynchronous.concurrency
+        while len(self.in_flight) < concurrency:
+            idle = self._idle_clients()
+            if not idle:
+                return
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, self.dispatches, 0xA5C]))
+            self._dispatch(int(idle[rng.integers(len(idle))]))
+
+    # ---- one server version ----
+    def run_round(self, round_index: int) -> RoundReport:
+        started = time.perf_counter()
+        config = self.settings.protocol.asynchronous
+        events: list[str] = []
+        timings: list[UpdateTiming] = []
+        uploads_meta: list[UploadMeta] = []
+        self._fill()
+        applied = False
+        while not applied:
+            if not self.finish_queue:
+                events.append("no client is available: the asynchronous run cannot advance")
+                break
+            finish, client_id = heapq.heappop(self.finish_queue)
+            flight = self.in_flight.pop(client_id)
+            self.virtual_time = finish
+            meta: UploadMeta = self.transport.get(flight.meta_ref)
+            uploads_meta.append(meta)
+            staleness = self.version - flight.base_version
+            if not meta.accepted:
+                status = "rejected_nonfinite"
+                events.append(f"client {client_id}: update rejected (NaN/Inf); not applied")
+            else:
+                upload = Upload(
+                    client_id, meta.num_samples, meta.train_loss, meta.steps,
+                    models=self.transport.get(flight.models_ref), values=meta.values, models_ref=flight.models_ref,
+                )
+                self.algorithm.async_record(self.state, self.version, upload)
+                if config.aggregation == "fedasync":
+                    mixed = fedasync_mix(
+                        self.algorithm.async_shared(self.state), self.algorithm.async_upload_vector(upload),
+                        config.mixing, staleness, config.staleness_exponent,
+                    )
+                    self.algorithm.async_set_shared(self.state, mixed)
+                    status, applied = "applied", True
+                else:
+                    # every buffered update is applied when the buffer flushes, within this version
+                    self.buffer.append((upload, flight))
+                    status = "buffered"
+                    if len(self.buffer) >= config.buffer_size:
+                        self._flush_buffer(config)
+                        applied = True
+            timings.append(UpdateTiming(client_id, status, flight.virtual_start, flight.virtual_finish, staleness))
+            self._fill()
+        notes_events: list[str] = []
+        refresh = None
+        if applied:
+            self.version += 1
+            notes = self.algorithm.async_after_apply(self.state, self.version)
+            notes_events = list(notes.events)
+            refresh = notes.refresh
+        final = round_index == self.rounds
+        evaluated = round_index % self.settings.protocol.eval_every == 0 or final or refresh is not None
+        return RoundReport(
+            round_index=round_index,
+            selected=[t.client_id for t in timings],
+            uploads=uploads_meta,
+            eval_reports=self._evaluate(round_index, final) if evaluated else [],
+            notes=RoundNotes(refresh=refresh, events=tuple(notes_events)),
+            server_seconds=time.perf_counter() - started,
+            events=events + notes_events,
+            timings=timings,
+            virtual_time=self.virtual_time,
+        )
+
+    def _flush_buffer(self, config: Any) -> None:
+        """The buffered updates become one server step; staleness counts the versions
+        applied since each client started."""
+        shared = fedbuff_step(
+            self.algorithm.async_shared(self.state),
+            [self.algorithm.async_upload_vector(upload) for upload, _ in self.buffer],
+            [flight.base_vector for _, flight in self.buffer],
+            [self.version - flight.base_version for _, flight in self.buffer],
+            config.staleness_exponent,
+            config.server_lr,
+        )
+        self.algorithm.async_set_shared(self.state, shared)
+        self.buffer = []
