@@ -15,8 +15,9 @@ below is a design choice of the spec, not a verified reproduction:
   uploads keeps its weights;
 - personalised model: the pi_k-weighted ensemble of the cluster models, in
   output space (default: p(y|x) = sum_s pi_s softmax(f_theta_s(x))) or in
-  parameter space (one model sum_s pi_s theta_s); pi_k is recomputed from every
-  client's training data with the current models at each evaluation;
+  parameter space (one model sum_s pi_s theta_s over every float entry, BatchNorm
+  statistics included); pi_k is recomputed from every client's training data
+  with the current models at each evaluation;
 - S (default 4) and the ensemble form are guesses of the spec.
 Settled by the simulator rather than the paper: cluster models are full models
 (encoder plus head; the client's private head is unused), started from S

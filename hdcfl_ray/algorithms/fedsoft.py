@@ -205,7 +205,7 @@ class FedSoft(AlgorithmDefaults):
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=stats.num_samples,
-            train_loss=stats.mean_loss,
+            train_loss=stats.mean_loss,  # cross-entropy plus the proximal term, as minimised
             steps=stats.steps,
             models={"model": trained},
         )
