@@ -35,6 +35,7 @@ def start_hosts(
     options = {
         "num_cpus": scenario.runtime.num_cpus_per_actor,
         "num_gpus": scenario.runtime.num_gpus_per_actor,
+        "max_restarts": scenario.runtime.max_restarts,
     }
     hosts = [
         ClientHostActor.options(**options, name=None).remote(

@@ -19,6 +19,7 @@ import numpy as np
 
 from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
 from hdcfl_ray.algorithms.base import RoundNotes, Upload
+from hdcfl_ray.runtime.host_pool import TrainingHandle
 from hdcfl_ray.runtime.messages import UploadMeta
 from hdcfl_ray.runtime.sampling import available_clients
 from hdcfl_ray.runtime.server import FederatedServer, RoundReport, UpdateTiming
@@ -31,8 +32,7 @@ class InFlight:
     virtual_finish: float
     base_version: int
     base_vector: np.ndarray  # the shared vector the client started from (FedBuff deltas)
-    models_ref: Any
-    meta_ref: Any
+    handle: TrainingHandle
 
 
 class AsyncFederatedServer(FederatedServer):
@@ -57,11 +57,10 @@ class AsyncFederatedServer(FederatedServer):
         object_refs = self._put_broadcast(self.version)
         task = self.algorithm.training_task(self.state, self.version, client_id)
         needed = {name: object_refs[name] for name in task.models}
-        host = self.hosts[self.client_hosts[client_id]]
         # the dispatch counter plays the round's part in the client's seed: every dispatch differs
-        models_ref, meta_ref = self.transport.train(host, client_id, self.dispatches, task, needed)
+        handle = self.pool.submit(client_id, self.dispatches, task, needed)
         self.in_flight[client_id] = InFlight(
-            client_id, self.virtual_time, finish, self.version, np.array(self.algorithm.async_shared(self.state), copy=True), models_ref, meta_ref
+            client_id, self.virtual_time, finish, self.version, np.array(self.algorithm.async_shared(self.state), copy=True), handle
         )
         heapq.heappush(self.finish_queue, (finish, client_id))
 
@@ -90,7 +89,7 @@ class AsyncFederatedServer(FederatedServer):
             finish, client_id = heapq.heappop(self.finish_queue)
             flight = self.in_flight.pop(client_id)
             self.virtual_time = finish
-            meta: UploadMeta = self.transport.get(flight.meta_ref)
+            meta, flight.handle = self.pool.result(flight.handle)
             uploads_meta.append(meta)
             staleness = self.version - flight.base_version
             if not meta.accepted:
@@ -99,7 +98,7 @@ class AsyncFederatedServer(FederatedServer):
             else:
                 upload = Upload(
                     client_id, meta.num_samples, meta.train_loss, meta.steps,
-                    models=self.transport.get(flight.models_ref), values=meta.values, models_ref=flight.models_ref,
+                    models=self.transport.get(flight.handle.models_ref), values=meta.values, models_ref=flight.handle.models_ref,
                 )
                 self.algorithm.async_record(self.state, self.version, upload)
                 if config.aggregation == "fedasync":
@@ -127,6 +126,7 @@ class AsyncFederatedServer(FederatedServer):
             refresh = notes.refresh
         final = round_index == self.rounds
         evaluated = round_index % self.settings.protocol.eval_every == 0 or final or refresh is not None
+        events += self.pool.take_events()
         return RoundReport(
             round_index=round_index,
             selected=[t.client_id for t in timings],

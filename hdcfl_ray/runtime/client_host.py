@@ -9,6 +9,7 @@ data indices and its transform, and runs the algorithm's client hooks through a
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any, Mapping
 
 import numpy as np
@@ -85,6 +86,11 @@ class ClientHost:
             client_id: algorithm.init_client(client_id, initial) for client_id in sorted(self.clients)
         }
         self.tensors = TensorCache(max_bytes=cache_bytes)
+        # New on every (re)start: lets the server tell a restarted host from the one it knew.
+        self._generation = uuid.uuid4().hex
+
+    def generation(self) -> str:
+        return self._generation
 
     def client_ids(self) -> list[int]:
         return sorted(self.clients)
@@ -130,7 +136,11 @@ class ClientHost:
         return ClientTask(models=task.models, payload={key: _resolve(value) for key, value in task.payload.items()})
 
     # ---- hooks ----
-    def train(self, client_id: int, round_index: int, task: ClientTask, object_refs: Mapping[str, Any]) -> tuple[Mapping[str, Any], UploadMeta]:
+    def train(
+        self, client_id: int, round_index: int, task: ClientTask, object_refs: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Any], UploadMeta, Any]:
+        """Returns (models, meta, the client's state after this update); the server keeps
+        the state's ObjectRef so a restarted host can be given its clients back."""
         started = time.perf_counter()
         task = self._resolved_task(task)
         upload, new_state = self.algorithm.local_update(
@@ -147,26 +157,36 @@ class ClientHost:
             values=upload.values,
             accepted=accepted,
             compute_seconds=time.perf_counter() - started,
+            host_generation=self._generation,
         )
-        return upload.models, meta
+        return upload.models, meta, self.client_states[client_id]
 
-    def probe(self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    def probe(self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any]) -> tuple[str, dict[int, Mapping[str, Any]]]:
         results = {}
         for job in jobs:
             task = self._resolved_task(job.task)
             results[job.client_id] = self.algorithm.probe(
                 self.context(job.client_id, round_index), self.client_states[job.client_id], task, self._objects(object_refs, task)
             )
-        return results
+        return self._generation, results
 
-    def evaluate(self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any], final: bool) -> list[EvalReport]:
+    def evaluate(
+        self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any], final: bool
+    ) -> tuple[str, list[EvalReport]]:
         reports = []
         for job in jobs:
             task = self._resolved_task(job.task)
             ctx = self.context(job.client_id, round_index)
             result = self.algorithm.evaluate(ctx, self.client_states[job.client_id], task, self._objects(object_refs, task), final)
             reports.append(EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result))
-        return reports
+        return self._generation, reports
 
     def export_states(self) -> dict[int, Any]:
         return dict(self.client_states)
+
+    def restore_states(self, states: Mapping[int, Any]) -> None:
+        """Put back client states (after an actor restart, or when resuming a run)."""
+        for client_id, state in states.items():
+            if client_id not in self.clients:
+                raise KeyError(f"client {client_id} does not live on this host")
+            self.client_states[client_id] = _resolve(state)

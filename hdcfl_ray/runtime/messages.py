@@ -27,6 +27,7 @@ class UploadMeta:
     values: Mapping[str, Any]
     accepted: bool  # False when the update held NaN/Inf: it is thrown away, the client's state kept
     compute_seconds: float = 0.0
+    host_generation: str = ""  # which incarnation of the host actor produced it
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams, RoundNotes, Upload
 from hdcfl_ray.config.schema import ProtocolConfig
+from hdcfl_ray.runtime.host_pool import HostPool
 from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.sampling import available_clients, plan_round, select_clients, selection_size
 from hdcfl_ray.runtime.transport import RayTransport, Transport
@@ -93,6 +94,7 @@ class FederatedServer:
         self.seed = settings.seed
         self.state = algorithm.init_server(initial, independent, settings.num_clients)
         self.virtual_time = 0.0
+        self.pool = HostPool(hosts, client_hosts, self.transport)
 
     def _put_broadcast(self, round_index: int) -> dict[str, Any]:
         return {name: self.transport.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
@@ -124,11 +126,11 @@ class FederatedServer:
         probe_tasks = {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
         if probe_tasks:
             object_refs = self._put_broadcast(round_index)
-            futures = [
-                self.transport.call(self.hosts[host], "probe", jobs, round_index, object_refs)
-                for host, jobs in sorted(self._jobs_per_host(probe_tasks).items())
-            ]
-            results = {k: v for future in futures for k, v in self.transport.get(future).items()}
+            answers = self.pool.call_per_host(
+                "probe",
+                {host: (lambda jobs=jobs: (jobs, round_index, object_refs)) for host, jobs in self._jobs_per_host(probe_tasks).items()},
+            )
+            results = {k: v for host in sorted(answers) for k, v in answers[host].items()}
             events += self.algorithm.absorb_probes(self.state, round_index, results).events
 
         selected = sorted(self.algorithm.select(self.state, round_index, sampled))
@@ -139,17 +141,14 @@ class FederatedServer:
         if plan.dropped:
             events.append(f"{len(plan.dropped)} of {len(selected)} selected clients missed the round (policy {protocol.stragglers.policy}): {plan.dropped}")
         object_refs = self._put_broadcast(round_index)
-        models_refs: dict[int, Any] = {}
-        meta_refs = []
+        handles = []
         for client_id in plan.trained:
             task = self.algorithm.training_task(self.state, round_index, client_id)
-            host = self.hosts[self.client_hosts[client_id]]
-            needed = {name: object_refs[name] for name in task.models}
-            models_ref, meta_ref = self.transport.train(host, client_id, round_index, task, needed)
-            models_refs[client_id] = models_ref
-            meta_refs.append(meta_ref)
+            handles.append(self.pool.submit(client_id, round_index, task, {name: object_refs[name] for name in task.models}))
         # Results are taken as they finish; the order they are applied in is fixed below.
-        metas: dict[int, UploadMeta] = {meta.client_id: meta for meta in self.transport.as_completed(meta_refs)}
+        finished = self.pool.train_all(handles)
+        metas: dict[int, UploadMeta] = {k: meta for k, (meta, _) in finished.items()}
+        models_refs = {k: handle.models_ref for k, (_, handle) in finished.items()}
 
         uploads: list[Upload] = []
         for client_id in sorted(metas):
@@ -185,6 +184,7 @@ class FederatedServer:
         final = round_index == self.rounds
         evaluated = round_index % protocol.eval_every == 0 or final or notes.refresh is not None
         eval_reports = self._evaluate(round_index, final) if evaluated else []
+        events += self.pool.take_events()
         return RoundReport(
             round_index=round_index,
             selected=selected,
@@ -200,10 +200,10 @@ class FederatedServer:
     def _evaluate(self, round_index: int, final: bool) -> list[EvalReport]:
         object_refs = self._put_broadcast(round_index)
         tasks = {k: self.algorithm.evaluation_task(self.state, round_index, k, final) for k in range(self.num_clients)}
-        futures = []
-        for host_index, jobs in sorted(self._jobs_per_host(tasks).items()):
-            names = {name for job in jobs for name in job.task.models}
-            needed = {name: object_refs[name] for name in names}
-            futures.append(self.transport.call(self.hosts[host_index], "evaluate", jobs, round_index, needed, final))
-        reports = [report for future in futures for report in self.transport.get(future)]
+        calls = {}
+        for host_index, jobs in self._jobs_per_host(tasks).items():
+            needed = {name: object_refs[name] for name in {name for job in jobs for name in job.task.models}}
+            calls[host_index] = lambda jobs=jobs, needed=needed: (jobs, round_index, needed, final)
+        answers = self.pool.call_per_host("evaluate", calls)
+        reports = [report for host in sorted(answers) for report in answers[host]]
         return sorted(reports, key=lambda report: report.client_id)

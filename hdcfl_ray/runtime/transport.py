@@ -11,11 +11,13 @@ class Transport(Protocol):
 
     def get(self, handle: Any) -> Any: ...
 
-    def train(self, host: Any, *args: Any) -> tuple[Any, Any]: ...
+    def train(self, host: Any, *args: Any) -> tuple[Any, Any, Any]: ...
 
     def call(self, host: Any, method: str, *args: Any) -> Any: ...
 
-    def as_completed(self, handles: list[Any]) -> list[Any]: ...
+    def as_completed_refs(self, handles: list[Any]) -> list[tuple[Any, Any]]: ...
+
+    def is_actor_failure(self, error: BaseException) -> bool: ...
 
 
 class RayTransport:
@@ -29,22 +31,34 @@ class RayTransport:
 
         return ray.get(handle)
 
-    def train(self, host: Any, *args: Any) -> tuple[Any, Any]:
-        # Two returns: the arrays stay in the object store under a ref the server owns.
-        return host.train.options(num_returns=2).remote(*args)
+    def train(self, host: Any, *args: Any) -> tuple[Any, Any, Any]:
+        # Three returns (models, meta, client state): the arrays stay in the object
+        # store under refs the server owns, and outlive the host that made them.
+        return host.train.options(num_returns=3).remote(*args)
 
     def call(self, host: Any, method: str, *args: Any) -> Any:
         return getattr(host, method).remote(*args)
 
-    def as_completed(self, handles: list[Any]) -> list[Any]:
-        """Values in the order they finish (the server re-orders them)."""
+    def as_completed_refs(self, handles: list[Any]) -> list[tuple[Any, Any]]:
+        """(ref, value) in the order they finish; a task whose actor died gives its
+        error as the value (the caller recovers), any other error is raised."""
         import ray
 
-        values, waiting = [], list(handles)
+        results, waiting = [], list(handles)
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=1)
-            values.append(ray.get(done[0]))
-        return values
+            try:
+                results.append((done[0], ray.get(done[0])))
+            except Exception as error:
+                if not self.is_actor_failure(error):
+                    raise
+                results.append((done[0], error))
+        return results
+
+    def is_actor_failure(self, error: BaseException) -> bool:
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        return isinstance(error, (RayActorError, ActorUnavailableError))
 
 
 class InProcessTransport:
@@ -54,11 +68,14 @@ class InProcessTransport:
     def get(self, handle: Any) -> Any:
         return handle
 
-    def train(self, host: Any, *args: Any) -> tuple[Any, Any]:
+    def train(self, host: Any, *args: Any) -> tuple[Any, Any, Any]:
         return host.train(*args)
 
     def call(self, host: Any, method: str, *args: Any) -> Any:
         return getattr(host, method)(*args)
 
-    def as_completed(self, handles: list[Any]) -> list[Any]:
-        return list(handles)
+    def as_completed_refs(self, handles: list[Any]) -> list[tuple[Any, Any]]:
+        return [(handle, handle) for handle in handles]
+
+    def is_actor_failure(self, error: BaseException) -> bool:
+        return False
