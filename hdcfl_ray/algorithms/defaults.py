@@ -22,7 +22,7 @@ class AlgorithmDefaults:
     name = "base"
     independent_inits = 0
 
-    def select(self, state: Any, round_index: int, sampled: list[int]) -> list[int]:
+    def select(self, state: Any, round_index: int, sampled: list[int], online: list[int]) -> list[int]:
         return sampled
 
     def probe_task(self, state: Any, round_index: int, client_id: int) -> ClientTask | None:

@@ -147,12 +147,15 @@ class FedSoft(AlgorithmDefaults):
         events = self.startup_events(state) if round_index == 1 else ()
         return RoundNotes(events=(*events, f"fedsoft: importance re-estimated; clients per dominant centre {dominant.tolist()}"))
 
-    def select(self, state: FedSoftState, round_index: int, sampled: list[int]) -> list[int]:
+    def select(self, state: FedSoftState, round_index: int, sampled: list[int], online: list[int]) -> list[int]:
+        """Per-centre draws replace the uniform sample; only clients online this round can be drawn."""
         if state.weighted:
             state.selections = None
-            return list(range(state.num_clients))
+            return sorted(online)
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, round_index, SELECTION_STREAM]))
-        state.selections = select_per_centre(state.weights, min(self.params.selection, state.num_clients), rng)
+        weights = np.zeros_like(state.weights)
+        weights[:, online] = state.weights[:, online]
+        state.selections = select_per_centre(weights, min(self.params.selection, state.num_clients), rng)
         return sorted({int(k) for chosen in state.selections for k in chosen})
 
     def broadcast(self, state: FedSoftState, round_index: int) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""Turn one round's report into rows of the clients, rounds, refresh and updates tables.
+"""Turn one round's report into rows of the clients, rounds, refresh, updates and
+events tables.
 
-Which reference a client's headline `accuracy` uses: the personalised mixture
-(c) once HDC-FL has refreshed and the client has a membership, the global
-encoder with the client's own head (a) otherwise (spec/hdcfl.md, "Evaluation
-references"). All three are logged beside it.
+A client's headline `accuracy` is the reference its method names in
+`EvalResult.headline` (docs/logs.md); the `global`, `local` and `personalized`
+references are logged beside it when the method produces them.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import ray
 
 from hdcfl_ray.algorithms.base import Algorithm, ModelParams
@@ -21,7 +23,7 @@ def start_hosts(
     num_hosts: int,
     algorithm: Algorithm,
     initial: ModelParams,
-) -> list:
+) -> tuple[list, list]:
     scenario: Scenario = prepared.scenario
     dataset = prepared.dataset
     # One copy of every array in the object store; hosts on a node read it without copies.
@@ -37,8 +39,9 @@ def start_hosts(
         "num_gpus": scenario.runtime.num_gpus_per_actor,
         "max_restarts": scenario.runtime.max_restarts,
     }
+    run_token = uuid.uuid4().hex[:8]
     hosts = [
-        ClientHostActor.options(**options, name=None).remote(
+        ClientHostActor.options(**options, name=f"hdcfl-host-{host_index}-{run_token}").remote(
             scenario,
             algorithm,
             train_images_ref,
@@ -53,7 +56,9 @@ def start_hosts(
     ]
     # Surface construction errors (and wait for torch to load) before round 1.
     ray.get([host.client_ids.remote() for host in hosts])
-    return hosts
+    # The caller keeps the data refs alive for the whole run: a restarted host is
+    # rebuilt from these same constructor arguments.
+    return hosts, [train_images_ref, train_labels_ref, test_images_ref, test_labels_ref]
 
 
 def start_server(

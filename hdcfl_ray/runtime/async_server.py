@@ -126,12 +126,13 @@ class AsyncFederatedServer(FederatedServer):
             refresh = notes.refresh
         final = round_index == self.rounds
         evaluated = round_index % self.settings.protocol.eval_every == 0 or final or refresh is not None
+        eval_reports = self._evaluate(round_index, final) if evaluated else []
         events += self.pool.take_events()
         return RoundReport(
             round_index=round_index,
             selected=[t.client_id for t in timings],
             uploads=uploads_meta,
-            eval_reports=self._evaluate(round_index, final) if evaluated else [],
+            eval_reports=eval_reports,
             notes=RoundNotes(refresh=refresh, events=tuple(notes_events)),
             server_seconds=time.perf_counter() - started,
             events=events + notes_events,

@@ -22,7 +22,7 @@ from hdcfl_ray.data.transforms import rotate_uint8, to_float_batch
 from hdcfl_ray.models import FlatIndex, SplitModel, build_split_model
 from hdcfl_ray.runtime.client_context import ClientContext
 from hdcfl_ray.runtime.local_training import client_generator
-from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
+from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, UploadMeta
 from hdcfl_ray.runtime.tensor_cache import TensorCache
 
 
@@ -82,15 +82,26 @@ class ClientHost:
         self.model.head.to(self.device)
         self.encoder_index = FlatIndex.of(self.model.encoder)
         self.head_index = FlatIndex.of(self.model.head)
-        self.client_states: dict[int, Any] = {
+        self.initial_states: dict[int, Any] = {
             client_id: algorithm.init_client(client_id, initial) for client_id in sorted(self.clients)
         }
+        # the latest state this host produced or was given per client (for inspection and tests)
+        self.client_states: dict[int, Any] = dict(self.initial_states)
         self.tensors = TensorCache(max_bytes=cache_bytes)
         # New on every (re)start: lets the server tell a restarted host from the one it knew.
         self._generation = uuid.uuid4().hex
 
     def generation(self) -> str:
         return self._generation
+
+    def actor_name(self) -> str | None:
+        """The Ray actor name when running as an actor (for operators and tests)."""
+        try:
+            import ray
+
+            return ray.get_runtime_context().get_actor_name()
+        except Exception:  # not inside an actor
+            return None
 
     def client_ids(self) -> list[int]:
         return sorted(self.clients)
@@ -136,15 +147,27 @@ class ClientHost:
         return ClientTask(models=task.models, payload={key: _resolve(value) for key, value in task.payload.items()})
 
     # ---- hooks ----
+    def _state(self, client_id: int, state: Any) -> Any:
+        """The state the server committed for this client, or its initial state.
+
+        The server is the source of truth: a host restarted by Ray, or an update
+        still in flight in an asynchronous run, never leaks into what a client
+        trains or is scored with."""
+        if isinstance(state, InitialState):
+            return self.initial_states[client_id]
+        resolved = _resolve(state)
+        self.client_states[client_id] = resolved
+        return resolved
+
     def train(
-        self, client_id: int, round_index: int, task: ClientTask, object_refs: Mapping[str, Any]
+        self, client_id: int, round_index: int, task: ClientTask, object_refs: Mapping[str, Any], state: Any = INITIAL_STATE
     ) -> tuple[Mapping[str, Any], UploadMeta, Any]:
         """Returns (models, meta, the client's state after this update); the server keeps
-        the state's ObjectRef so a restarted host can be given its clients back."""
+        the state's ObjectRef and passes it back with the client's next job."""
         started = time.perf_counter()
         task = self._resolved_task(task)
         upload, new_state = self.algorithm.local_update(
-            self.context(client_id, round_index), self.client_states[client_id], task, self._objects(object_refs, task)
+            self.context(client_id, round_index), self._state(client_id, state), task, self._objects(object_refs, task)
         )
         accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
         if accepted:
@@ -166,7 +189,7 @@ class ClientHost:
         for job in jobs:
             task = self._resolved_task(job.task)
             results[job.client_id] = self.algorithm.probe(
-                self.context(job.client_id, round_index), self.client_states[job.client_id], task, self._objects(object_refs, task)
+                self.context(job.client_id, round_index), self._state(job.client_id, job.state), task, self._objects(object_refs, task)
             )
         return self._generation, results
 
@@ -177,16 +200,6 @@ class ClientHost:
         for job in jobs:
             task = self._resolved_task(job.task)
             ctx = self.context(job.client_id, round_index)
-            result = self.algorithm.evaluate(ctx, self.client_states[job.client_id], task, self._objects(object_refs, task), final)
+            result = self.algorithm.evaluate(ctx, self._state(job.client_id, job.state), task, self._objects(object_refs, task), final)
             reports.append(EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result))
         return self._generation, reports
-
-    def export_states(self) -> dict[int, Any]:
-        return dict(self.client_states)
-
-    def restore_states(self, states: Mapping[int, Any]) -> None:
-        """Put back client states (after an actor restart, or when resuming a run)."""
-        for client_id, state in states.items():
-            if client_id not in self.clients:
-                raise KeyError(f"client {client_id} does not live on this host")
-            self.client_states[client_id] = _resolve(state)

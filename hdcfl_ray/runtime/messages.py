@@ -31,9 +31,19 @@ class UploadMeta:
 
 
 @dataclass(frozen=True)
+class InitialState:
+    """Marker: use the client's initial state (it has not trained yet)."""
+
+
+INITIAL_STATE = InitialState()
+
+
+@dataclass(frozen=True)
 class ClientJob:
     client_id: int
     task: ClientTask
+    # the client's committed state as the server knows it (an ObjectRef, or the value in-process)
+    state: Any = INITIAL_STATE
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,8 @@ class FederatedServer:
     def _jobs_per_host(self, tasks: dict[int, ClientTask]) -> dict[int, list[ClientJob]]:
         jobs: dict[int, list[ClientJob]] = {}
         for client_id in sorted(tasks):
-            jobs.setdefault(self.client_hosts[client_id], []).append(ClientJob(client_id, tasks[client_id]))
+            job = ClientJob(client_id, tasks[client_id], self.pool.state_of(client_id))
+            jobs.setdefault(self.client_hosts[client_id], []).append(job)
         return jobs
 
     def run_round(self, round_index: int) -> RoundReport:
@@ -133,7 +134,7 @@ class FederatedServer:
             results = {k: v for host in sorted(answers) for k, v in answers[host].items()}
             events += self.algorithm.absorb_probes(self.state, round_index, results).events
 
-        selected = sorted(self.algorithm.select(self.state, round_index, sampled))
+        selected = sorted(self.algorithm.select(self.state, round_index, sampled, online))
         durations = {
             k: settings.profiles[k].update_duration(protocol.local_epochs * settings.client_train_sizes[k]) for k in selected
         }

@@ -128,9 +128,14 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     algorithm = build_algorithm(scenario)
     initial = initial_parameters(scenario, prepared.dataset)
     independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
-    hosts = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
+    hosts, data_refs = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
     server = start_server(build_server_settings(scenario, prepared.partition), algorithm, hosts, client_hosts, initial, independent)
-    update_manifest(run_dir, num_client_hosts=num_hosts, encoder_parameters=int(initial.encoder.shape[0]))
+    update_manifest(
+        run_dir,
+        num_client_hosts=num_hosts,
+        client_host_actors=[ray.get(host.actor_name.remote()) for host in hosts],
+        encoder_parameters=int(initial.encoder.shape[0]),
+    )
     if observer is not None:
         observer.on_start(scenario, run_dir, num_hosts)
 
@@ -160,6 +165,7 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     finally:
         for actor in [server, *hosts]:
             ray.kill(actor)
+        del data_refs
     return RunSummary(
         run_dir=run_dir,
         rounds=scenario.protocol.rounds,
