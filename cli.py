@@ -64,22 +64,34 @@ def validate(
 
 @app.command()
 def simulate(
-    scenario_file: Path = typer.Argument(..., help="Scenario YAML file."),
+    scenario_file: Optional[Path] = typer.Argument(None, help="Scenario YAML file (omit with --resume)."),
     overrides: Optional[List[str]] = SetOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: <output.dir>/<name>-<algorithm>-seed<seed>-<time>)."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the killed run in this run directory from its last checkpoint."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view or summary; print only the run directory."),
 ) -> None:
     """Run one simulation and write its run directory (scenario, manifest, Parquet tables)."""
     from hdcfl_ray.config import load_scenario
-    from hdcfl_ray.runtime.simulation import default_run_dir, prepare_run, run_simulation
+    from hdcfl_ray.runtime.simulation import default_run_dir, prepare_run, resumable_run, run_simulation
     from hdcfl_ray.terminal.live_view import LiveView, QuietObserver
 
     try:
-        scenario = load_scenario(scenario_file, overrides or [])
+        if resume is not None:
+            if scenario_file is not None or out is not None:
+                raise ScenarioError("--resume RUN_DIR takes neither a scenario file nor --out: the run directory holds both")
+            if any(not text.startswith("runtime.") for text in overrides or []):
+                raise ScenarioError("--resume: only runtime.* keys may be overridden (the run's results must not change)")
+            scenario = resumable_run(resume)
+            if overrides:
+                scenario = load_scenario(resume / "scenario.yaml", overrides)
+        elif scenario_file is None:
+            raise ScenarioError("give a scenario file (hdcfl-ray simulate SCENARIO) or --resume RUN_DIR")
+        else:
+            scenario = load_scenario(scenario_file, overrides or [])
         prepared = prepare_run(scenario)
     except ScenarioError as error:
         _fail_bad_input(error)
-    run_dir = out or default_run_dir(scenario)
+    run_dir = resume or out or default_run_dir(scenario)
     observer = QuietObserver() if quiet else LiveView()
     if not quiet:
         dataset = prepared.dataset
@@ -89,7 +101,7 @@ def simulate(
             highlight=False,
         )
     try:
-        summary = run_simulation(prepared, run_dir, observer)
+        summary = run_simulation(prepared, run_dir, observer, resume=resume is not None)
     except ScenarioError as error:
         if isinstance(observer, LiveView):
             observer.abort()
@@ -97,13 +109,13 @@ def simulate(
     except KeyboardInterrupt:
         if isinstance(observer, LiveView):
             observer.abort()
-        error_console.print(f"interrupted; finished rounds are in {run_dir}")
+        error_console.print(f"interrupted; finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}")
         raise typer.Exit(130)
     except Exception as error:  # a failure during the run: say what and where the partial logs are
         if isinstance(observer, LiveView):
             observer.abort()
         error_console.print(f"[bold red]run failed:[/] {type(error).__name__}: {error}", highlight=False)
-        error_console.print(f"finished rounds are in {run_dir}")
+        error_console.print(f"finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}")
         raise typer.Exit(EXIT_RUN_FAILED)
     if quiet:
         print(summary.run_dir)

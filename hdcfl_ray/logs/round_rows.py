@@ -38,6 +38,14 @@ class RoundRowBuilder:
     refresh_count: int = 0
     last_summary: dict[str, Any] = field(default_factory=dict)
 
+    def progress(self) -> dict[str, Any]:
+        """What a checkpoint must keep of this builder."""
+        return {"previous_groups": self.previous_groups, "refresh_count": self.refresh_count}
+
+    def restore(self, progress: dict[str, Any]) -> None:
+        self.previous_groups = progress["previous_groups"]
+        self.refresh_count = progress["refresh_count"]
+
     def client_rows(self, report: RoundReport) -> list[dict[str, Any]]:
         trained = {upload.client_id: upload for upload in report.uploads}
         rows = []

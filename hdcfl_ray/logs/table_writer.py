@@ -42,6 +42,24 @@ class TableWriter:
         return final_path
 
 
+def drop_parts_after(run_dir: Path, last_part: int) -> int:
+    """Remove parts written after `last_part` (and unfinished temporary parts), so a
+    resumed run appends without duplicating rows. Returns how many were removed."""
+    removed = 0
+    for table in TABLE_SCHEMAS:
+        directory = run_dir / f"{table}.parquet"
+        if not directory.is_dir():
+            continue
+        for path in directory.iterdir():
+            stem = path.name.lstrip(".").split(".")[0]
+            temporary = path.name.startswith(".")
+            index = int(stem.removeprefix("part-")) if stem.startswith("part-") and stem[5:].isdigit() else None
+            if temporary or (index is not None and index > last_part):
+                path.unlink()
+                removed += 1
+    return removed
+
+
 def read_table(run_dir: str | Path, table: str) -> pa.Table:
     """Read a run table; hidden temporary parts of a crashed round are skipped."""
     directory = Path(run_dir) / f"{table}.parquet"

@@ -44,6 +44,27 @@ class AsyncFederatedServer(FederatedServer):
         self.finish_queue: list[tuple[float, int]] = []
         self.buffer: list[tuple[Upload, InFlight]] = []
 
+    # ---- checkpoints: the clients in flight are saved with their finished results ----
+    def snapshot(self) -> dict[str, Any]:
+        snapshot = super().snapshot()
+        snapshot.update(
+            version=self.version,
+            dispatches=self.dispatches,
+            in_flight=dict(self.in_flight),
+            finish_queue=list(self.finish_queue),
+            buffer=list(self.buffer),
+        )
+        return snapshot
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        super().restore(snapshot)
+        self.version = snapshot["version"]
+        self.dispatches = snapshot["dispatches"]
+        self.in_flight = dict(snapshot["in_flight"])
+        self.finish_queue = [tuple(entry) for entry in snapshot["finish_queue"]]
+        heapq.heapify(self.finish_queue)
+        self.buffer = [tuple(entry) for entry in snapshot["buffer"]]
+
     # ---- dispatch ----
     def _idle_clients(self) -> list[int]:
         online = available_clients(self.num_clients, self.settings.protocol.availability, self.seed, self.dispatches + 1)

@@ -96,6 +96,16 @@ class FederatedServer:
         self.virtual_time = 0.0
         self.pool = HostPool(hosts, client_hosts, self.transport)
 
+    # ---- checkpoints ----
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to continue after the last finished round."""
+        return {"state": self.state, "virtual_time": self.virtual_time, "client_states": dict(self.pool.state_refs)}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        self.state = snapshot["state"]
+        self.virtual_time = snapshot["virtual_time"]
+        self.pool.state_refs = dict(snapshot["client_states"])
+
     def _put_broadcast(self, round_index: int) -> dict[str, Any]:
         return {name: self.transport.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
 

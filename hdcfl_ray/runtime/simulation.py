@@ -24,7 +24,8 @@ from hdcfl_ray.data.sources import load_dataset
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.logs.manifest import update_manifest, write_manifest
 from hdcfl_ray.logs.round_rows import RoundRowBuilder
-from hdcfl_ray.logs.table_writer import TableWriter
+from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
+from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
 from hdcfl_ray.runtime.placement import assign_clients, count_hosts
 from hdcfl_ray.runtime.ray_session import RaySession
 
@@ -86,25 +87,47 @@ def default_run_dir(scenario: Scenario) -> Path:
     return Path(scenario.output.dir) / f"{scenario.name}-{scenario.algorithm.name}-seed{scenario.seed}-{stamp}"
 
 
+def resumable_run(run_dir: Path) -> Scenario:
+    """The resolved scenario of a run folder to resume, or a ScenarioError saying why not."""
+    from hdcfl_ray.config.loading import load_scenario
+
+    if not (run_dir / "scenario.yaml").is_file():
+        raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
+    manifest_path = run_dir / "manifest.json"
+    if manifest_path.is_file():
+        import json
+
+        status = json.loads(manifest_path.read_text()).get("status")
+        if status == "completed":
+            raise ScenarioError(f"--resume {run_dir}: this run is already complete")
+    return load_scenario(run_dir / "scenario.yaml")
+
+
 def claim_run_dir(run_dir: Path) -> None:
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ScenarioError(f"--out {run_dir}: the folder already holds files; choose a new run folder or remove it")
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
-def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None) -> RunSummary:
+def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None, resume: bool = False) -> RunSummary:
+    """Run a scenario into `run_dir`; with `resume`, continue the run already there
+    from its last checkpoint (rows written after it are replaced, never duplicated)."""
     scenario = prepared.scenario
-    claim_run_dir(run_dir)
-    (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    if not resume:
+        claim_run_dir(run_dir)
+        (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario))
     with RaySession(scenario.runtime) as session:
-        write_manifest(
-            run_dir,
-            seed=scenario.seed,
-            scenario_name=scenario.name,
-            extra={"status": "running", "ray": session.describe(), "dataset": _dataset_facts(prepared)},
-        )
+        if resume:
+            update_manifest(run_dir, status="running", resumed_at=datetime.now().isoformat(timespec="seconds"))
+        else:
+            write_manifest(
+                run_dir,
+                seed=scenario.seed,
+                scenario_name=scenario.name,
+                extra={"status": "running", "ray": session.describe(), "dataset": _dataset_facts(prepared)},
+            )
         try:
-            summary = _run_rounds(prepared, run_dir, session, observer)
+            summary = _run_rounds(prepared, run_dir, session, observer, resume)
         except BaseException as exc:
             update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
             raise
@@ -114,7 +137,7 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     return summary
 
 
-def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, observer: RunObserver | None) -> RunSummary:
+def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, observer: RunObserver | None, resume: bool) -> RunSummary:
     from hdcfl_ray.runtime.actors import start_hosts, start_server
     from hdcfl_ray.runtime.server import build_server_settings
     from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
@@ -144,8 +167,14 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     round_row: dict[str, Any] = {}
     refresh_row: dict[str, Any] | None = None
     last_refresh: dict[str, Any] | None = None
+    first_round = 1
+    if resume:
+        first_round, started = _resume_from_checkpoint(run_dir, server, rows, started)
+        if observer is not None and hasattr(observer, "skip_rounds"):
+            observer.skip_rounds(first_round - 1)
+    every = scenario.checkpoint.every
     try:
-        for round_index in range(1, scenario.protocol.rounds + 1):
+        for round_index in range(first_round, scenario.protocol.rounds + 1):
             round_started = time.perf_counter()
             report = ray.get(server.run_round.remote(round_index))
             client_rows = rows.client_rows(report)
@@ -160,6 +189,17 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
                 writer.write_part("refresh", round_index, [refresh_row])
                 last_refresh = refresh_row
             writer.write_part("rounds", round_index, [round_row])
+            if every is not None and round_index % every == 0 and round_index < scenario.protocol.rounds:
+                write_checkpoint(
+                    run_dir,
+                    {
+                        "round": round_index,
+                        "server": ray.get(server.snapshot.remote()),
+                        "rows": rows.progress(),
+                        "elapsed_s": time.perf_counter() - started,
+                    },
+                    fetch=ray.get,
+                )
             if observer is not None:
                 observer.on_round(round_row, refresh_row, list(report.events))
     finally:
@@ -173,6 +213,18 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
         last_refresh=last_refresh,
         elapsed_s=time.perf_counter() - started,
     )
+
+
+def _resume_from_checkpoint(run_dir: Path, server: Any, rows: RoundRowBuilder, started: float) -> tuple[int, float]:
+    """Restore the server and the row builder; returns (first round to run, clock start)."""
+    checkpoint = read_checkpoint(run_dir, put=ray.put)
+    if checkpoint is None:  # killed before the first checkpoint: start over, keeping nothing
+        drop_parts_after(run_dir, 0)
+        return 1, started
+    ray.get(server.restore.remote(checkpoint["server"]))
+    rows.restore(checkpoint["rows"])
+    drop_parts_after(run_dir, checkpoint["round"])
+    return checkpoint["round"] + 1, started - checkpoint["elapsed_s"]
 
 
 def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:

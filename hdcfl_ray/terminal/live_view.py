@@ -69,6 +69,12 @@ class LiveView:
         self.live = Live(Group(self.progress, self.status), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
+    def skip_rounds(self, count: int) -> None:
+        """A resumed run starts its progress bar at the checkpoint."""
+        if count:
+            self.progress.advance(self.task_id, count)
+            self.console.print(f"resuming after round {count}")
+
     def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None:
         for message in events:
             self.console.print(f"[dim]round {round_row['round']}:[/] {message}", highlight=False)
