@@ -274,7 +274,8 @@ class RuntimeConfig(Section):
     num_gpus_per_actor: float = Field(0.0, ge=0.0)
     # CPUs given to a local Ray instance (null = all cores)
     num_cpus: int | None = Field(None, ge=1)
-    # a client host actor that dies is restarted this many times (its clients' states restored)
+    # a client host actor that dies is replaced, at most this many times per run (its
+    # clients' states come from the server, so results do not change)
     max_restarts: int = Field(3, ge=0)
     include_dashboard: bool = False
     dashboard_host: str = "127.0.0.1"

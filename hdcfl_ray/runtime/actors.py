@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 import ray
 
 from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.messages import StoreRef
 from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
 
@@ -17,48 +20,53 @@ ServerActor = ray.remote(FederatedServer)
 AsyncServerActor = ray.remote(AsyncFederatedServer)
 
 
+@dataclass(frozen=True)
+class HostSpec:
+    """How to build client host `i`: enough to replace one that died. The arrays
+    travel as StoreRefs to driver-owned objects, so a replacement reads the same data."""
+
+    options: dict[str, Any]
+    name_prefix: str
+    shared_args: tuple[Any, ...]  # scenario, algorithm, train/test arrays
+    clients_of_host: tuple[Any, ...]  # per host: StoreRef to its ClientData list
+    initial: Any
+    num_classes: int
+
+    def spawn(self, host_index: int, attempt: int = 0) -> Any:
+        name = f"{self.name_prefix}-{host_index}" + (f"-r{attempt}" if attempt else "")
+        return ClientHostActor.options(**self.options, name=name).remote(
+            *self.shared_args, self.clients_of_host[host_index], self.initial, self.num_classes
+        )
+
+
 def start_hosts(
     prepared,  # PreparedRun; untyped here to avoid an import cycle
     client_hosts: dict[int, int],
     num_hosts: int,
     algorithm: Algorithm,
     initial: ModelParams,
-) -> tuple[list, list]:
+) -> tuple[list, HostSpec]:
     scenario: Scenario = prepared.scenario
     dataset = prepared.dataset
     # One copy of every array in the object store; hosts on a node read it without copies.
-    train_images_ref = ray.put(dataset.train_images)
-    train_labels_ref = ray.put(dataset.train_labels)
-    test_images_ref = ray.put(dataset.test_images)
-    test_labels_ref = ray.put(dataset.test_labels)
+    arrays = [StoreRef(ray.put(a)) for a in (dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels)]
     clients_of_host: dict[int, list] = {host: [] for host in range(num_hosts)}
     for client in prepared.partition.clients:
         clients_of_host[client_hosts[client.client_id]].append(client)
-    options = {
-        "num_cpus": scenario.runtime.num_cpus_per_actor,
-        "num_gpus": scenario.runtime.num_gpus_per_actor,
-        "max_restarts": scenario.runtime.max_restarts,
-    }
-    run_token = uuid.uuid4().hex[:8]
-    hosts = [
-        ClientHostActor.options(**options, name=f"hdcfl-host-{host_index}-{run_token}").remote(
-            scenario,
-            algorithm,
-            train_images_ref,
-            train_labels_ref,
-            test_images_ref,
-            test_labels_ref,
-            clients_of_host[host_index],
-            initial,
-            dataset.num_classes,
-        )
-        for host_index in range(num_hosts)
-    ]
+    spec = HostSpec(
+        # A dead host is replaced by the server (runtime.max_restarts times), not restarted by Ray.
+        options={"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor},
+        name_prefix=f"hdcfl-host-{uuid.uuid4().hex[:8]}",
+        shared_args=(scenario, algorithm, *arrays),
+        clients_of_host=tuple(StoreRef(ray.put(clients_of_host[h])) for h in range(num_hosts)),
+        initial=StoreRef(ray.put(initial)),
+        num_classes=dataset.num_classes,
+    )
+    hosts = [spec.spawn(host_index) for host_index in range(num_hosts)]
     # Surface construction errors (and wait for torch to load) before round 1.
     ray.get([host.client_ids.remote() for host in hosts])
-    # The caller keeps the data refs alive for the whole run: a restarted host is
-    # rebuilt from these same constructor arguments.
-    return hosts, [train_images_ref, train_labels_ref, test_images_ref, test_labels_ref]
+    # The caller keeps `spec` (and so the data) alive for the whole run.
+    return hosts, spec
 
 
 def start_server(
@@ -68,7 +76,11 @@ def start_server(
     client_hosts: dict[int, int],
     initial: ModelParams,
     independent: list[ModelParams],
+    host_spec: HostSpec,
+    max_replacements: int,
 ):
     # The server mostly waits on clients; it takes no CPU slot away from them.
     actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
-    return actor_class.options(num_cpus=0).remote(algorithm, hosts, client_hosts, initial, independent, settings)
+    return actor_class.options(num_cpus=0).remote(
+        algorithm, hosts, client_hosts, initial, independent, settings, host_spawner=host_spec, max_replacements=max_replacements
+    )

@@ -22,7 +22,7 @@ from hdcfl_ray.data.transforms import rotate_uint8, to_float_batch
 from hdcfl_ray.models import FlatIndex, SplitModel, build_split_model
 from hdcfl_ray.runtime.client_context import ClientContext
 from hdcfl_ray.runtime.local_training import client_generator
-from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, UploadMeta
+from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
 from hdcfl_ray.runtime.tensor_cache import TensorCache
 
 
@@ -33,6 +33,8 @@ def _resolve(value: Any) -> Any:
         import ray
     except ImportError:  # pragma: no cover - Ray is a dependency
         return value
+    if isinstance(value, StoreRef):
+        value = value.ref
     return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 
 
@@ -68,15 +70,19 @@ class ClientHost:
         self.scenario = scenario
         self.algorithm = algorithm
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.train_images = train_images
-        self.train_labels = train_labels
-        self.test_images = test_images
-        self.test_labels = test_labels
+        # The arrays may arrive as ObjectRefs wrapped in a container (so a restarted actor
+        # is rebuilt from the same, driver-owned objects): reads are zero-copy either way.
+        self.train_images = _resolve(train_images)
+        self.train_labels = _resolve(train_labels)
+        self.test_images = _resolve(test_images)
+        self.test_labels = _resolve(test_labels)
+        clients = _resolve(clients)
+        initial = _resolve(initial)
         self.clients = {client.client_id: client for client in clients}
         # Weights arrive as flat vectors; a pretrained file is read once on the driver.
         skeleton_config = scenario.model.model_copy(update={"pretrained": None})
         self.model: SplitModel = build_split_model(
-            skeleton_config, in_channels=int(train_images.shape[3]), num_classes=num_classes, seed=scenario.seed
+            skeleton_config, in_channels=int(self.train_images.shape[3]), num_classes=num_classes, seed=scenario.seed
         )
         self.model.encoder.to(self.device)
         self.model.head.to(self.device)

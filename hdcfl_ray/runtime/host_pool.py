@@ -4,9 +4,11 @@ The server is the source of truth for every client's state: each update
 returns the client's new state as an ObjectRef owned by the server, and every
 job a host receives carries the state the server has committed for that
 client. A host therefore holds nothing that cannot be rebuilt. When a host
-actor dies, Ray restarts it (on another node if its node is gone); the pool
-resubmits the work the dead actor had not finished, and because every update
-is a pure function of (state, broadcast, seed), the run's results do not change.
+actor dies, the pool starts a replacement from the same constructor arguments
+(Ray places it wherever resources allow, so a lost node's clients move to
+other nodes) and resubmits the work the dead actor had not finished; because
+every update is a pure function of (state, broadcast, seed), the run's results
+do not change.
 """
 
 from __future__ import annotations
@@ -35,11 +37,17 @@ class TrainingHandle:
     models_ref: Any
     meta_ref: Any
     state_ref: Any
+    actor: Any = None  # the host actor the work was sent to
 
 
 class HostPool:
-    def __init__(self, hosts: list, client_hosts: dict[int, int], transport: Transport) -> None:
-        self.hosts = hosts
+    def __init__(
+        self, hosts: list, client_hosts: dict[int, int], transport: Transport, spawner: Any = None, max_replacements: int = 0
+    ) -> None:
+        self.hosts = list(hosts)
+        self.spawner = spawner  # builds host i anew (runtime.actors.HostSpec); None in-process
+        self.max_replacements = max_replacements
+        self.replacements = 0
         self.client_hosts = client_hosts
         self.transport = transport
         self.generations = [transport.get(transport.call(host, "generation")) for host in hosts]
@@ -61,12 +69,28 @@ class HostPool:
                 f"client host {host_index} was restarted; its clients' states come from the server, nothing was lost"
             )
 
-    def _after_failure(self, host_index: int, error: BaseException) -> None:
-        """Wait until Ray has the host back (bounded), so the resubmitted work can run."""
+    def _after_failure(self, host_index: int, error: BaseException, actor: Any) -> None:
+        """Replace a dead host (once, however many of its tasks failed) or wait for an
+        unavailable one to come back (bounded), so the resubmitted work can run."""
+        if actor is not self.hosts[host_index]:
+            return  # that actor was already replaced after an earlier failure
         self.retries += 1
         if self.retries > MAX_RETRIES:
             raise HostLost(f"client host {host_index} failed {MAX_RETRIES} times; giving up ({error})") from error
-        self.events.append(f"client host {host_index} failed ({type(error).__name__}); its unfinished work is redone")
+        if self.transport.is_dead_actor(error):
+            if self.spawner is None or self.replacements >= self.max_replacements:
+                raise HostLost(
+                    f"client host {host_index} died and {self.replacements} of runtime.max_restarts = "
+                    f"{self.max_replacements} replacements are used up ({error})"
+                ) from error
+            self.replacements += 1
+            self.hosts[host_index] = self.spawner.spawn(host_index, attempt=self.replacements)
+            self.events.append(
+                f"client host {host_index} died; replaced by a new actor ({self.replacements} of {self.max_replacements}); "
+                f"its clients' states come from the server and its unfinished work is redone"
+            )
+        else:
+            self.events.append(f"client host {host_index} was unavailable ({type(error).__name__}); its unfinished work is redone")
         deadline = time.monotonic() + RESTART_WAIT_S
         while True:
             try:
@@ -82,8 +106,9 @@ class HostPool:
     def submit(self, client_id: int, round_tag: int, task: ClientTask, needed: dict[str, Any]) -> TrainingHandle:
         host_index = self.client_hosts[client_id]
         args = (client_id, round_tag, task, needed)
-        models_ref, meta_ref, state_ref = self.transport.train(self.hosts[host_index], *args, self.state_of(client_id))
-        return TrainingHandle(client_id, host_index, args, models_ref, meta_ref, state_ref)
+        actor = self.hosts[host_index]
+        models_ref, meta_ref, state_ref = self.transport.train(actor, *args, self.state_of(client_id))
+        return TrainingHandle(client_id, host_index, args, models_ref, meta_ref, state_ref, actor)
 
     def result(self, handle: TrainingHandle) -> tuple[UploadMeta, TrainingHandle]:
         """The meta of one update, committing the client's new state (redone if its host died)."""
@@ -93,7 +118,7 @@ class HostPool:
             except Exception as error:
                 if not self.transport.is_actor_failure(error):
                     raise
-                self._after_failure(handle.host_index, error)
+                self._after_failure(handle.host_index, error, handle.actor)
                 handle = self.submit(*handle.args)
                 continue
             self._note_generation(handle.host_index, meta.host_generation)
@@ -111,7 +136,7 @@ class HostPool:
             for meta_ref, value in self.transport.as_completed_refs([handle.meta_ref for handle in pending]):
                 handle = by_ref[id(meta_ref)]
                 if isinstance(value, BaseException):
-                    self._after_failure(handle.host_index, value)
+                    self._after_failure(handle.host_index, value, handle.actor)
                     redo.append(handle)
                     continue
                 self._note_generation(handle.host_index, value.host_generation)
@@ -126,7 +151,8 @@ class HostPool:
         results: dict[int, Any] = {}
         pending = dict(args_of_host)
         while pending:
-            futures = {h: self.transport.call(self.hosts[h], method, *make_args()) for h, make_args in sorted(pending.items())}
+            actors = {h: self.hosts[h] for h in pending}
+            futures = {h: self.transport.call(actors[h], method, *make_args()) for h, make_args in sorted(pending.items())}
             retry: dict[int, Callable[[], tuple[Any, ...]]] = {}
             for host_index, future in futures.items():
                 try:
@@ -134,7 +160,7 @@ class HostPool:
                 except Exception as error:
                     if not self.transport.is_actor_failure(error):
                         raise
-                    self._after_failure(host_index, error)
+                    self._after_failure(host_index, error, actors[host_index])
                     retry[host_index] = pending[host_index]
                     continue
                 self._note_generation(host_index, generation)

@@ -31,6 +31,14 @@ class UploadMeta:
 
 
 @dataclass(frozen=True)
+class StoreRef:
+    """An ObjectRef passed inside a container so Ray does not resolve it at the call;
+    the receiver fetches it (zero-copy for arrays on the same node)."""
+
+    ref: Any
+
+
+@dataclass(frozen=True)
 class InitialState:
     """Marker: use the client's initial state (it has not trained yet)."""
 

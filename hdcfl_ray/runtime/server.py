@@ -83,10 +83,11 @@ class FederatedServer:
         independent: list[ModelParams],
         settings: ServerSettings,
         transport: Transport | None = None,
+        host_spawner: Any = None,
+        max_replacements: int = 0,
     ) -> None:
         self.transport: Transport = transport or RayTransport()
         self.algorithm = algorithm
-        self.hosts = hosts
         self.client_hosts = client_hosts
         self.settings = settings
         self.num_clients = settings.num_clients
@@ -94,7 +95,11 @@ class FederatedServer:
         self.seed = settings.seed
         self.state = algorithm.init_server(initial, independent, settings.num_clients)
         self.virtual_time = 0.0
-        self.pool = HostPool(hosts, client_hosts, self.transport)
+        self.pool = HostPool(hosts, client_hosts, self.transport, spawner=host_spawner, max_replacements=max_replacements)
+
+    def host_handles(self) -> list:
+        """The hosts now serving (replacements included), e.g. to shut them down."""
+        return list(self.pool.hosts)
 
     # ---- checkpoints ----
     def snapshot(self) -> dict[str, Any]:

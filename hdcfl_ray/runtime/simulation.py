@@ -151,8 +151,11 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     algorithm = build_algorithm(scenario)
     initial = initial_parameters(scenario, prepared.dataset)
     independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
-    hosts, data_refs = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
-    server = start_server(build_server_settings(scenario, prepared.partition), algorithm, hosts, client_hosts, initial, independent)
+    hosts, host_spec = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
+    server = start_server(
+        build_server_settings(scenario, prepared.partition), algorithm, hosts, client_hosts, initial, independent,
+        host_spec, scenario.runtime.max_restarts,
+    )
     update_manifest(
         run_dir,
         num_client_hosts=num_hosts,
@@ -203,9 +206,9 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
             if observer is not None:
                 observer.on_round(round_row, refresh_row, list(report.events))
     finally:
-        for actor in [server, *hosts]:
+        for actor in [server, *ray.get(server.host_handles.remote()), *hosts]:
             ray.kill(actor)
-        del data_refs
+        del host_spec
     return RunSummary(
         run_dir=run_dir,
         rounds=scenario.protocol.rounds,

@@ -19,6 +19,8 @@ class Transport(Protocol):
 
     def is_actor_failure(self, error: BaseException) -> bool: ...
 
+    def is_dead_actor(self, error: BaseException) -> bool: ...
+
 
 class RayTransport:
     def put(self, value: Any) -> Any:
@@ -60,6 +62,12 @@ class RayTransport:
 
         return isinstance(error, (RayActorError, ActorUnavailableError))
 
+    def is_dead_actor(self, error: BaseException) -> bool:
+        """Gone for good (not merely restarting or unreachable for a moment)."""
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        return isinstance(error, RayActorError) and not isinstance(error, ActorUnavailableError)
+
 
 class InProcessTransport:
     def put(self, value: Any) -> Any:
@@ -78,4 +86,7 @@ class InProcessTransport:
         return [(handle, handle) for handle in handles]
 
     def is_actor_failure(self, error: BaseException) -> bool:
+        return False
+
+    def is_dead_actor(self, error: BaseException) -> bool:
         return False
