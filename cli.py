@@ -122,40 +122,100 @@ def simulate(
 
 
 @app.command()
-def report(
-    paths: List[Path] = typer.Argument(..., help="Run directories, or folders that hold run directories."),
-    output_format: str = typer.Option("table", "--format", help="table (terminal), markdown or csv."),
+def sweep(
+    files: List[Path] = typer.Argument(..., help="Scenario files, or one sweep file (scenarios:, algorithms:, seeds:, set:)."),
+    algorithms: Optional[str] = typer.Option(None, "--algorithms", help="Comma-separated methods, e.g. fedavg_se,hdcfl,ifca (default: each scenario's own)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, e.g. 42,123,2026 (default: each scenario's own)."),
+    overrides: Optional[List[str]] = SetOption,
+    out: Optional[Path] = typer.Option(None, "--out", help="Sweep folder: one run directory per setting/method/seed, and index.json."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", help="Runs at once (default: one per two actor slots of the cluster)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the sweep folder."),
 ) -> None:
-    """Final-round client accuracy per setting and method: mean +- sample std over seeds."""
-    from rich.table import Table
+    """Run a grid of scenarios x methods x seeds; completed runs are skipped, killed ones resumed."""
+    from hdcfl_ray.config.loading import read_scenario_file
+    from hdcfl_ray.sweep.grid import SweepPlan, expand, parse_list, read_sweep_file
+    from hdcfl_ray.sweep.runner import run_sweep
 
-    from analysis.final_metrics import METRICS, final_metrics_table, format_markdown
+    try:
+        for path in files:
+            if not path.is_file():
+                raise ScenarioError(f"{path}: no such file")
+        if len(files) == 1 and "scenarios" in read_scenario_file(files[0]):
+            plan = read_sweep_file(files[0], out)
+            plan = SweepPlan(
+                plan.scenario_files,
+                parse_list(algorithms, "--algorithms") or plan.algorithms,
+                tuple(int(s) for s in parse_list(seeds, "--seeds") or ()) or plan.seeds,
+                plan.overrides + tuple(overrides or ()),
+                plan.out,
+            )
+        else:
+            if out is None:
+                raise ScenarioError("--out SWEEP_DIR is required")
+            seed_list = parse_list(seeds, "--seeds")
+            try:
+                seed_values = tuple(int(s) for s in seed_list) if seed_list else None
+            except ValueError:
+                raise ScenarioError(f"--seeds {seeds!r}: give integers, e.g. 42,123,2026") from None
+            plan = SweepPlan(tuple(files), parse_list(algorithms, "--algorithms"), seed_values, tuple(overrides or ()), out)
+        runs = expand(plan)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    console = Console(quiet=quiet)
+    console.print(f"sweep: {len(runs)} runs into {plan.out}")
+    done = {"count": 0}
+
+    def progress(key: str, status: str) -> None:
+        if status != "started" and status != "resuming":
+            done["count"] += 1
+        console.print(f"[{done['count']}/{len(runs)}] {key}: {status}", highlight=False)
+
+    outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, progress)
+    console.print(
+        f"{len(outcome.completed)} run(s) completed, {len(outcome.skipped)} already complete, {len(outcome.failed)} failed; "
+        f"index: {plan.out / 'index.json'}; report: hdcfl-ray report {plan.out}"
+    )
+    if quiet:
+        print(plan.out)
+    if outcome.failed:
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+@app.command()
+def report(
+    paths: List[Path] = typer.Argument(..., help="Run directories, sweep folders, or folders that hold run directories."),
+    output_format: str = typer.Option("table", "--format", help="table (terminal), md, csv or latex."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of the terminal."),
+) -> None:
+    """The paper's tables from finished runs: mean ± sample std over seeds, best and second
+    best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods."""
+    from analysis.final_metrics import run_metrics
+    from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
     from analysis.runs import load_runs
 
-    if output_format not in ("table", "markdown", "csv"):
-        _fail_bad_input(ScenarioError(f"--format {output_format!r}: choose table, markdown or csv"))
+    renderers = {"md": to_markdown, "markdown": to_markdown, "csv": to_csv, "latex": to_latex}
+    if output_format not in (*renderers, "table"):
+        _fail_bad_input(ScenarioError(f"--format {output_format!r}: choose table, md, csv or latex"))
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         _fail_bad_input(ScenarioError(f"no such run directory: {', '.join(missing)}"))
     runs = load_runs(list(paths))
-    if not runs:
-        _fail_bad_input(ScenarioError(f"no run directories (folders with scenario.yaml) under {', '.join(map(str, paths))}"))
-    rows = final_metrics_table(runs)
-    if output_format == "markdown":
-        print(format_markdown(rows))
+    records = run_metrics(runs)
+    if not records:
+        _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
+    tables = all_tables(records)
+    if output_format == "table" and out is None:
+        console = Console()
+        for table in to_rich(tables):
+            console.print(table)
         return
-    if output_format == "csv":
-        print("setting,algorithm,seeds," + ",".join(f"{m},{m}_std" for m in METRICS))
-        for row in rows:
-            values = ",".join(f"{row.means[m]:.6f},{row.stds[m]:.6f}" for m in METRICS)
-            print(f"{row.setting},{row.algorithm},{' '.join(map(str, row.seeds))},{values}")
-        return
-    table = Table(title=f"Final client test accuracy (%), mean ± sample std over seeds ({len(runs)} runs)")
-    for column in ("setting", "method", "seeds", "mean", "worst", "bottom-20%", "gap (pp)", "global enc. mean"):
-        table.add_column(column)
-    for line in format_markdown(rows).splitlines()[2:]:
-        table.add_row(*[cell.strip() for cell in line.strip("|").split("|")])
-    Console().print(table)
+    text = renderers.get(output_format, to_markdown)(tables)
+    if out is None:
+        print(text, end="")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        print(f"wrote {out}")
 
 
 def main() -> None:

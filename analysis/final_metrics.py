@@ -1,4 +1,11 @@
-"""Final-round client accuracy per (setting, method): mean +- sample std over seeds."""
+"""The paper's result tables from final-round client metrics.
+
+Input: one record per run (setting, method, seed, final-round metrics). Output:
+per-setting cells (mean +- sample std over seeds, ddof = 1), the best and
+second best per setting, the average rank over settings (table 1 form), the
+tail tables (worst, bottom-20%, gap; tables 7-9), and macro averages over
+settings with a tail rank (table 2 form).
+"""
 
 from __future__ import annotations
 
@@ -8,49 +15,126 @@ from statistics import mean, stdev
 
 from analysis.runs import RunRecord
 
-METRICS = ("mean_accuracy", "worst_accuracy", "bottom20_accuracy", "gap", "mean_accuracy_global")
+# metric -> True when higher is better
+METRICS: dict[str, bool] = {
+    "mean_accuracy": True,
+    "worst_accuracy": True,
+    "bottom20_accuracy": True,
+    "gap": False,
+    "mean_accuracy_global": True,
+    "ari_true": True,
+}
+TAIL_METRICS = ("worst_accuracy", "bottom20_accuracy", "gap")
 
 
 @dataclass(frozen=True)
-class FinalMetricsRow:
+class RunMetrics:
     setting: str
-    algorithm: str
-    seeds: tuple[int, ...]
-    means: dict[str, float]  # metric -> mean over seeds (fractions)
-    stds: dict[str, float]  # metric -> sample std over seeds (NaN for one seed)
+    method: str
+    seed: int
+    values: dict[str, float]  # fractions (accuracies, gap), ARI as is; NaN when absent
 
 
-def final_metrics_table(runs: list[RunRecord]) -> list[FinalMetricsRow]:
-    groups: dict[tuple[str, str], list[tuple[int, dict]]] = {}
+@dataclass(frozen=True)
+class Cell:
+    mean: float
+    std: float  # sample std over seeds; NaN for one seed
+    seeds: int
+
+
+def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
+    records = []
     for run in runs:
         final = run.final_evaluated_round()
-        if final is not None and run.status == "completed":
-            groups.setdefault((run.setting, run.algorithm), []).append((run.seed, final))
-    rows = []
-    for (setting, algorithm), entries in sorted(groups.items()):
-        entries.sort()
-        means, stds = {}, {}
-        for metric in METRICS:
-            values = [float(final[metric]) for _, final in entries if final.get(metric) is not None]
-            means[metric] = mean(values) if values else math.nan
-            stds[metric] = stdev(values) if len(values) > 1 else math.nan
-        rows.append(FinalMetricsRow(setting, algorithm, tuple(seed for seed, _ in entries), means, stds))
-    return rows
+        if final is None or run.status != "completed":
+            continue
+        values = {metric: _float(final.get(metric)) for metric in METRICS}
+        records.append(RunMetrics(run.setting, run.algorithm, run.seed, values))
+    return records
 
 
-def format_markdown(rows: list[FinalMetricsRow]) -> str:
-    header = "| setting | method | seeds | mean | worst | bottom-20% | gap (pp) | global encoder mean |"
-    lines = [header, "|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        cells = [_cell(row, metric) for metric in METRICS]
-        lines.append(f"| {row.setting} | {row.algorithm} | {', '.join(map(str, row.seeds))} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def _float(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and value is not None else math.nan
 
 
-def _cell(row: FinalMetricsRow, metric: str) -> str:
-    value, spread = row.means[metric], row.stds[metric]
-    if math.isnan(value):
-        return "-"
-    if math.isnan(spread):
-        return f"{100 * value:.2f}"
-    return f"{100 * value:.2f} ± {100 * spread:.2f}"
+def cells(records: list[RunMetrics], metric: str) -> dict[tuple[str, str], Cell]:
+    grouped: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        grouped.setdefault((record.setting, record.method), []).append(record.values[metric])
+    result = {}
+    for key, values in grouped.items():
+        finite = [v for v in values if not math.isnan(v)]
+        result[key] = Cell(
+            mean=mean(finite) if finite else math.nan,
+            std=stdev(finite) if len(finite) > 1 else math.nan,  # statistics.stdev is the sample std (ddof = 1)
+            seeds=len(finite),
+        )
+    return result
+
+
+def ranks_within(values: dict[str, float], higher_is_better: bool) -> dict[str, float]:
+    """Rank 1 = best; ties share the average of their ranks; NaN entries are left out."""
+    present = {k: v for k, v in values.items() if not math.isnan(v)}
+    ordered = sorted(present, key=lambda k: -present[k] if higher_is_better else present[k])
+    ranks: dict[str, float] = {}
+    position = 0
+    while position < len(ordered):
+        tied = [k for k in ordered[position:] if present[k] == present[ordered[position]]]
+        shared = position + (len(tied) + 1) / 2
+        for key in tied:
+            ranks[key] = shared
+        position += len(tied)
+    return ranks
+
+
+def settings_and_methods(records: list[RunMetrics]) -> tuple[list[str], list[str]]:
+    settings = sorted({r.setting for r in records})
+    methods = sorted({r.method for r in records})
+    return settings, methods
+
+
+def average_rank(records: list[RunMetrics], metric: str = "mean_accuracy") -> dict[str, float]:
+    """Rank within each setting by the mean over seeds, then averaged over settings."""
+    table = cells(records, metric)
+    settings, methods = settings_and_methods(records)
+    per_method: dict[str, list[float]] = {m: [] for m in methods}
+    for setting in settings:
+        values = {m: table[(setting, m)].mean for m in methods if (setting, m) in table}
+        for method, rank in ranks_within(values, METRICS[metric]).items():
+            per_method[method].append(rank)
+    return {m: mean(r) if r else math.nan for m, r in per_method.items()}
+
+
+def tail_rank(records: list[RunMetrics]) -> dict[str, float]:
+    """Mean over settings and over worst, bottom-20% (higher better) and gap (lower
+    better) of each method's rank."""
+    settings, methods = settings_and_methods(records)
+    per_method: dict[str, list[float]] = {m: [] for m in methods}
+    for metric in TAIL_METRICS:
+        table = cells(records, metric)
+        for setting in settings:
+            values = {m: table[(setting, m)].mean for m in methods if (setting, m) in table}
+            for method, rank in ranks_within(values, METRICS[metric]).items():
+                per_method[method].append(rank)
+    return {m: mean(r) if r else math.nan for m, r in per_method.items()}
+
+
+def macro_average(records: list[RunMetrics], metric: str) -> dict[str, float]:
+    """Per method: the mean over settings of the setting-level means (table 2, 9)."""
+    table = cells(records, metric)
+    settings, methods = settings_and_methods(records)
+    result = {}
+    for method in methods:
+        values = [table[(s, method)].mean for s in settings if (s, method) in table and not math.isnan(table[(s, method)].mean)]
+        result[method] = mean(values) if values else math.nan
+    return result
+
+
+def best_two(table: dict[tuple[str, str], Cell], setting: str, methods: list[str], higher_is_better: bool) -> tuple[set[str], set[str]]:
+    ranks = ranks_within({m: table[(setting, m)].mean for m in methods if (setting, m) in table}, higher_is_better)
+    if not ranks:
+        return set(), set()
+    ordered = sorted(set(ranks.values()))
+    best = {m for m, r in ranks.items() if r == ordered[0]}
+    second = {m for m, r in ranks.items() if len(ordered) > 1 and r == ordered[1]} if len(best) == 1 else set()
+    return best, second

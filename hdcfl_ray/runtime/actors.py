@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import Any
 
 import ray
 
 from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.host_spec import HostSpec
 from hdcfl_ray.runtime.messages import StoreRef
 from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
@@ -18,25 +17,6 @@ from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
 ClientHostActor = ray.remote(ClientHost)
 ServerActor = ray.remote(FederatedServer)
 AsyncServerActor = ray.remote(AsyncFederatedServer)
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """How to build client host `i`: enough to replace one that died. The arrays
-    travel as StoreRefs to driver-owned objects, so a replacement reads the same data."""
-
-    options: dict[str, Any]
-    name_prefix: str
-    shared_args: tuple[Any, ...]  # scenario, algorithm, train/test arrays
-    clients_of_host: tuple[Any, ...]  # per host: StoreRef to its ClientData list
-    initial: Any
-    num_classes: int
-
-    def spawn(self, host_index: int, attempt: int = 0) -> Any:
-        name = f"{self.name_prefix}-{host_index}" + (f"-r{attempt}" if attempt else "")
-        return ClientHostActor.options(**self.options, name=name).remote(
-            *self.shared_args, self.clients_of_host[host_index], self.initial, self.num_classes
-        )
 
 
 def start_hosts(

@@ -54,9 +54,10 @@ class RunSummary:
     elapsed_s: float
 
 
-def prepare_run(scenario: Scenario) -> PreparedRun:
-    """Everything that can fail because of the user's input, before Ray starts."""
-    dataset = load_dataset(scenario.dataset, scenario.seed)
+def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> PreparedRun:
+    """Everything that can fail because of the user's input, before Ray starts.
+    `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
+    dataset = dataset if dataset is not None else load_dataset(scenario.dataset, scenario.seed)
     check_partition_against_dataset(
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )

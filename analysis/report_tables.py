@@ -1,0 +1,186 @@
+"""The report's tables as plain data (header, rows of cells with best/second marks)
+and their renderings: Markdown, CSV, LaTeX, rich."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+
+from analysis.final_metrics import (
+    METRICS,
+    RunMetrics,
+    average_rank,
+    best_two,
+    cells,
+    macro_average,
+    settings_and_methods,
+    tail_rank,
+)
+
+TITLES = {
+    "mean_accuracy": "Mean client test accuracy (%), mean ± sample std over seeds (table 1 form)",
+    "worst_accuracy": "Final worst-client test accuracy (%) (table 7 form)",
+    "bottom20_accuracy": "Final bottom-20% client test accuracy (%) (table 8 form)",
+    "gap": "Final best-minus-worst gap (pp; lower is better) (table 9 form)",
+    "ari_true": "ARI of the final client groups against the planted groups (clustered methods)",
+}
+
+
+@dataclass
+class Text:
+    value: str
+    mark: str = ""  # "best" | "second" | ""
+
+
+@dataclass
+class ReportTable:
+    title: str
+    header: list[str]
+    rows: list[list[Text]] = field(default_factory=list)
+    note: str = ""
+
+
+def _percent(value: float, scale: float) -> str:
+    return "-" if math.isnan(value) else f"{scale * value:.2f}"
+
+
+def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, with_macro: bool) -> ReportTable:
+    settings, methods = settings_and_methods(records)
+    table = cells(records, metric)
+    scale = 1.0 if metric == "ari_true" else 100.0
+    header = ["Method", *settings] + (["Avg. rank ↓"] if with_rank else []) + (["Macro"] if with_macro else [])
+    result = ReportTable(TITLES[metric], header)
+    marks = {s: best_two(table, s, methods, METRICS[metric]) for s in settings}
+    ranks = average_rank(records, metric) if with_rank else {}
+    macro = macro_average(records, metric) if with_macro else {}
+    for method in methods:
+        if all((s, method) not in table or math.isnan(table[(s, method)].mean) for s in settings):
+            continue
+        row = [Text(method)]
+        for setting in settings:
+            cell = table.get((setting, method))
+            if cell is None or math.isnan(cell.mean):
+                row.append(Text("-"))
+                continue
+            text = _percent(cell.mean, scale)
+            if not math.isnan(cell.std):
+                text += f" ± {_percent(cell.std, scale)}"
+            best, second = marks[setting]
+            row.append(Text(text, "best" if method in best else "second" if method in second else ""))
+        if with_rank:
+            row.append(Text(f"{ranks[method]:.2f}"))
+        if with_macro:
+            row.append(Text(_percent(macro[method], scale)))
+        result.rows.append(row)
+    seeds = sorted({r.seed for r in records})
+    result.note = f"{len(records)} runs; seeds {', '.join(map(str, seeds))}. Bold: best per setting; underlined: second best."
+    return result
+
+
+def macro_table(records: list[RunMetrics]) -> ReportTable:
+    _, methods = settings_and_methods(records)
+    columns = [("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"), ("Gap", "gap")]
+    averages = {metric: macro_average(records, metric) for _, metric in columns}
+    tails = tail_rank(records)
+    result = ReportTable("Client-level results macro-averaged over settings (table 2 form)", ["Method", *[c for c, _ in columns], "Tail rank ↓"])
+    for method in methods:
+        result.rows.append([Text(method), *[Text(_percent(averages[m][method], 100.0)) for _, m in columns], Text(f"{tails[method]:.2f}")])
+    result.note = "Tail rank: each method's rank in worst, bottom-20% and gap, averaged over those three and over settings."
+    return result
+
+
+def all_tables(records: list[RunMetrics]) -> list[ReportTable]:
+    tables = [
+        per_setting_table(records, "mean_accuracy", with_rank=True, with_macro=False),
+        per_setting_table(records, "worst_accuracy", with_rank=False, with_macro=True),
+        per_setting_table(records, "bottom20_accuracy", with_rank=False, with_macro=True),
+        per_setting_table(records, "gap", with_rank=False, with_macro=True),
+        macro_table(records),
+    ]
+    if any(not math.isnan(r.values["ari_true"]) for r in records):
+        tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
+    return tables
+
+
+# ---- renderings ----
+def to_markdown(tables: list[ReportTable]) -> str:
+    blocks = []
+    for table in tables:
+        lines = [f"### {table.title}", "", "| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header)]
+        for row in table.rows:
+            lines.append("| " + " | ".join(_markdown_cell(cell) for cell in row) + " |")
+        if table.note:
+            lines += ["", table.note]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _markdown_cell(cell: Text) -> str:
+    if cell.mark == "best":
+        return f"**{cell.value}**"
+    if cell.mark == "second":
+        return f"<u>{cell.value}</u>"
+    return cell.value
+
+
+def to_latex(tables: list[ReportTable]) -> str:
+    blocks = []
+    for table in tables:
+        lines = [
+            "\\begin{table}[t]",
+            "\\centering",
+            f"\\caption{{{_latex_escape(table.title)}}}",
+            "\\begin{tabular}{l" + "c" * (len(table.header) - 1) + "}",
+            "\\toprule",
+            " & ".join(_latex_escape(h) for h in table.header) + " \\\\",
+            "\\midrule",
+        ]
+        for row in table.rows:
+            lines.append(" & ".join(_latex_cell(cell) for cell in row) + " \\\\")
+        lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    return (
+        text.replace("\\", "\\textbackslash{}").replace("%", "\\%").replace("_", "\\_").replace("&", "\\&")
+        .replace("±", "$\\pm$").replace("↓", "$\\downarrow$")
+    )
+
+
+def _latex_cell(cell: Text) -> str:
+    text = _latex_escape(cell.value)
+    if cell.mark == "best":
+        return f"\\textbf{{{text}}}"
+    if cell.mark == "second":
+        return f"\\underline{{{text}}}"
+    return text
+
+
+def to_csv(tables: list[ReportTable]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for table in tables:
+        writer.writerow([f"# {table.title}"])
+        writer.writerow(table.header)
+        for row in table.rows:
+            writer.writerow([cell.value for cell in row])
+        writer.writerow([])
+    return buffer.getvalue()
+
+
+def to_rich(tables: list[ReportTable]) -> list:
+    from rich.table import Table
+
+    rendered = []
+    for table in tables:
+        rich_table = Table(title=table.title, caption=table.note or None)
+        for column in table.header:
+            rich_table.add_column(column, justify="left" if column == "Method" else "right")
+        for row in table.rows:
+            rich_table.add_row(*[f"[bold]{c.value}[/]" if c.mark == "best" else f"[underline]{c.value}[/]" if c.mark == "second" else c.value for c in row])
+        rendered.append(rich_table)
+    return rendered

@@ -1,0 +1,2 @@
+"""Sweeps: a grid of scenarios x algorithms x seeds, run (concurrently when the
+cluster allows), indexed, and resumable."""

@@ -1,0 +1,92 @@
+"""Expanding a sweep into runs, each a fully validated scenario with its own folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hdcfl_ray.config.loading import apply_overrides, build_scenario, expand_env, read_scenario_file
+from hdcfl_ray.config.schema import ALGORITHM_NAMES, Scenario
+from hdcfl_ray.errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    setting: str  # the scenario's name
+    algorithm: str
+    seed: int
+    scenario: Scenario
+    run_dir: Path
+
+    @property
+    def key(self) -> str:
+        return f"{self.setting}/{self.algorithm}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    scenario_files: tuple[Path, ...]
+    algorithms: tuple[str, ...] | None  # None: each scenario's own
+    seeds: tuple[int, ...] | None  # None: each scenario's own
+    overrides: tuple[str, ...]
+    out: Path
+
+
+def read_sweep_file(path: Path, out: Path | None) -> SweepPlan:
+    """A sweep file: `scenarios: [files]`, optional `algorithms`, `seeds`, `set: {key: value}`, `out`."""
+    raw = read_scenario_file(path)
+    unknown = set(raw) - {"scenarios", "algorithms", "seeds", "set", "out"}
+    if unknown:
+        raise ScenarioError(f"{path}: unknown sweep key(s) {', '.join(sorted(unknown))}; allowed: scenarios, algorithms, seeds, set, out")
+    scenarios = raw.get("scenarios")
+    if not isinstance(scenarios, list) or not scenarios:
+        raise ScenarioError(f"{path}: scenarios: give a list of scenario files")
+    overrides = raw.get("set") or {}
+    if not isinstance(overrides, dict):
+        raise ScenarioError(f"{path}: set: give a mapping of key paths to values, e.g. {{protocol.rounds: 5}}")
+    destination = out or (Path(str(raw["out"])) if raw.get("out") else None)
+    if destination is None:
+        raise ScenarioError(f"{path}: no output folder: give --out SWEEP_DIR or `out:` in the file")
+    return SweepPlan(
+        scenario_files=tuple((path.parent / str(entry)).resolve() if not Path(str(entry)).is_absolute() else Path(str(entry)) for entry in scenarios),
+        algorithms=tuple(raw["algorithms"]) if raw.get("algorithms") else None,
+        seeds=tuple(int(seed) for seed in raw["seeds"]) if raw.get("seeds") else None,
+        overrides=tuple(f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}" for key, value in overrides.items()),
+        out=destination,
+    )
+
+
+def parse_list(text: str | None, option: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    items = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not items:
+        raise ScenarioError(f"{option}: give a comma-separated list")
+    return items
+
+
+def expand(plan: SweepPlan) -> list[SweepRun]:
+    """Every (scenario, algorithm, seed) as a validated scenario; errors name the run."""
+    if plan.algorithms is not None:
+        unknown = [name for name in plan.algorithms if name not in ALGORITHM_NAMES]
+        if unknown:
+            raise ScenarioError(f"--algorithms: {', '.join(unknown)} unknown; choose from {', '.join(ALGORITHM_NAMES)}")
+    runs: list[SweepRun] = []
+    seen: set[str] = set()
+    for path in plan.scenario_files:
+        base = apply_overrides(read_scenario_file(path), list(plan.overrides))
+        algorithms = plan.algorithms or (str(base.get("algorithm", {}).get("name")),)
+        seeds = plan.seeds or (int(base.get("seed", 42)),)
+        for algorithm in algorithms:
+            for seed in seeds:
+                raw: dict[str, Any] = apply_overrides(base, [f"algorithm.name={algorithm}", f"seed={seed}"])
+                scenario = build_scenario(expand_env(raw), source=f"{path} (algorithm {algorithm}, seed {seed})")
+                run = SweepRun(scenario.name, algorithm, seed, scenario, plan.out / scenario.name / algorithm / f"seed{seed}")
+                if run.key in seen:
+                    raise ScenarioError(f"{path}: two scenarios are named {scenario.name!r}; give each scenario its own name")
+                seen.add(run.key)
+                runs.append(run)
+    return runs

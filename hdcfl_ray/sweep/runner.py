@@ -1,0 +1,110 @@
+"""Running a sweep: one Ray session for every run, runs in parallel when the
+cluster has room for more than one, completed runs skipped, killed runs resumed."""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hdcfl_ray.config.schema import RuntimeConfig, Scenario
+from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources import load_dataset
+from hdcfl_ray.runtime.ray_session import RaySession
+from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.sweep.grid import SweepRun
+from hdcfl_ray.sweep.index import run_status, write_index
+from hdcfl_ray.terminal.live_view import QuietObserver
+
+
+class DatasetCache:
+    """Decode each (dataset settings, seed) once per sweep, not once per run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._datasets: dict[tuple[str, int], ImageDataset] = {}
+
+    def get(self, scenario: Scenario) -> ImageDataset:
+        key = (scenario.dataset.model_dump_json(), scenario.seed)
+        with self._lock:
+            if key not in self._datasets:
+                self._datasets[key] = load_dataset(scenario.dataset, scenario.seed)
+            return self._datasets[key]
+
+
+@dataclass
+class SweepOutcome:
+    completed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def concurrent_runs(cpus: float, runtime: RuntimeConfig, requested: int | None) -> int:
+    """How many runs share the cluster: the user's choice, else one per two actor
+    slots (a run with a single host actor gains little from more)."""
+    if requested is not None:
+        return max(1, requested)
+    slots = max(1, int(cpus // runtime.num_cpus_per_actor))
+    return max(1, slots // 2)
+
+
+def run_sweep(
+    runs: list[SweepRun],
+    out: Path,
+    runtime: RuntimeConfig,
+    parallel: int | None = None,
+    on_progress: Callable[[str, str], None] | None = None,
+) -> SweepOutcome:
+    outcome = SweepOutcome()
+    statuses = {run.key: run_status(run) for run in runs}
+    write_index(out, runs, statuses)
+    lock = threading.Lock()
+    datasets = DatasetCache()
+    todo = [run for run in runs if statuses[run.key] != "completed"]
+    for run in runs:
+        if statuses[run.key] == "completed":
+            outcome.skipped.append(run.key)
+            if on_progress:
+                on_progress(run.key, "skipped (already complete)")
+    if not todo:
+        return outcome
+    with RaySession(runtime) as session:
+        workers = min(len(todo), concurrent_runs(session.cpus, runtime, parallel))
+        actors_per_run = max(1, math.floor(session.cpus / runtime.num_cpus_per_actor / workers))
+
+        def execute(run: SweepRun) -> str:
+            scenario = run.scenario
+            if workers > 1:  # share the slots between the concurrent runs
+                limit = min(actors_per_run, scenario.runtime.max_actors or actors_per_run)
+                scenario = scenario.model_copy(update={"runtime": scenario.runtime.model_copy(update={"max_actors": limit})})
+            resume = statuses[run.key] == "partial"
+            with lock:
+                statuses[run.key] = "running"
+                write_index(out, runs, statuses)
+            if on_progress:
+                on_progress(run.key, "resuming" if resume else "started")
+            try:
+                run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, QuietObserver(), resume=resume)
+            except Exception as error:  # one failed run must not stop the sweep
+                with lock:
+                    outcome.failed[run.key] = f"{type(error).__name__}: {error}"
+                    statuses[run.key] = "failed"
+                    write_index(out, runs, statuses)
+                if on_progress:
+                    on_progress(run.key, f"failed: {outcome.failed[run.key]}")
+                return run.key
+            with lock:
+                outcome.completed.append(run.key)
+                statuses[run.key] = "completed"
+                write_index(out, runs, statuses)
+            if on_progress:
+                on_progress(run.key, "completed")
+            return run.key
+
+        with ThreadPoolExecutor(max_workers=workers) as executor:
+            for future in [executor.submit(execute, run) for run in todo]:
+                future.result()
+    return outcome
