@@ -1,0 +1,75 @@
+"""The report's statistics on hand-made runs, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis.final_metrics import RunMetrics, average_rank, cells, macro_average, ranks_within, tail_rank
+from analysis.report_tables import all_tables, to_latex, to_markdown
+from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
+
+
+def record(setting, method, seed, mean, worst, bottom20, gap):
+    values = {"mean_accuracy": mean, "worst_accuracy": worst, "bottom20_accuracy": bottom20, "gap": gap, "mean_accuracy_global": math.nan, "ari_true": math.nan}
+    return RunMetrics(setting, method, seed, values)
+
+
+RECORDS = [
+    # setting A: a > b > c on the mean
+    record("A", "a", 1, 0.90, 0.70, 0.75, 0.25), record("A", "a", 2, 0.80, 0.60, 0.65, 0.30),
+    record("A", "b", 1, 0.80, 0.75, 0.78, 0.10), record("A", "b", 2, 0.80, 0.75, 0.78, 0.10),
+    record("A", "c", 1, 0.70, 0.50, 0.55, 0.40), record("A", "c", 2, 0.70, 0.50, 0.55, 0.40),
+    # setting B: b > a = c on the mean
+    record("B", "a", 1, 0.60, 0.40, 0.45, 0.30), record("B", "b", 1, 0.70, 0.60, 0.62, 0.20), record("B", "c", 1, 0.60, 0.50, 0.52, 0.20),
+]
+
+
+def test_mean_and_sample_std_use_ddof_one():
+    cell = cells(RECORDS, "mean_accuracy")[("A", "a")]
+    assert cell.mean == pytest.approx(0.85)
+    assert cell.std == pytest.approx(np.std([0.9, 0.8], ddof=1))
+    assert cell.std == pytest.approx(0.0707106781)
+    assert math.isnan(cells(RECORDS, "mean_accuracy")[("B", "a")].std)  # one seed: no std
+
+
+def test_ranks_share_ties_and_respect_direction():
+    assert ranks_within({"a": 0.6, "b": 0.7, "c": 0.6}, higher_is_better=True) == {"b": 1.0, "a": 2.5, "c": 2.5}
+    assert ranks_within({"a": 0.3, "b": 0.2, "c": 0.2}, higher_is_better=False) == {"b": 1.5, "c": 1.5, "a": 3.0}
+
+
+def test_average_rank_over_settings():
+    # A: a 0.85 (1), b 0.80 (2), c 0.70 (3); B: b (1), a and c tie (2.5)
+    assert average_rank(RECORDS) == {"a": pytest.approx((1 + 2.5) / 2), "b": pytest.approx(1.5), "c": pytest.approx(2.75)}
+
+
+def test_tail_rank_averages_worst_bottom20_and_gap_ranks():
+    # A worst: b .75 (1) a .65 (2) c .50 (3); bottom20: b (1) a (2) c (3); gap (lower better): b .10 (1) a .275 (2) c .40 (3)
+    # B worst: b .6 (1) c .5 (2) a .4 (3); bottom20: b (1) c (2) a (3); gap: b, c tie .2 (1.5) a .3 (3)
+    expected = {"a": (2 + 2 + 2 + 3 + 3 + 3) / 6, "b": (1 + 1 + 1 + 1 + 1 + 1.5) / 6, "c": (3 + 3 + 3 + 2 + 2 + 1.5) / 6}
+    assert tail_rank(RECORDS) == pytest.approx(expected)
+
+
+def test_macro_average_is_the_mean_of_setting_means():
+    assert macro_average(RECORDS, "gap")["a"] == pytest.approx((0.275 + 0.30) / 2)
+
+
+def test_bottom20_and_gap_of_client_accuracies():
+    accuracies = np.array([0.9, 0.5, 0.7, 0.8, 0.6, 0.95, 0.85, 0.75, 0.65, 0.55])
+    summary = client_accuracy_summary(accuracies)
+    assert summary["bottom20"] == pytest.approx((0.5 + 0.55) / 2)  # ceil(0.2 * 10) = 2 lowest
+    assert summary["gap"] == pytest.approx(0.95 - 0.5)
+    assert summary["worst"] == 0.5 and summary["mean"] == pytest.approx(accuracies.mean())
+
+
+def test_tables_mark_best_and_second_and_render():
+    tables = all_tables(RECORDS)
+    mean_table = tables[0]
+    row_a = next(row for row in mean_table.rows if row[0].value == "a")
+    row_b = next(row for row in mean_table.rows if row[0].value == "b")
+    assert row_a[1].mark == "best" and row_a[1].value == "85.00 ± 7.07"
+    assert row_b[1].mark == "second"
+    assert "**85.00 ± 7.07**" in to_markdown(tables)
+    assert "\\textbf{85.00 $\\pm$ 7.07}" in to_latex(tables)
