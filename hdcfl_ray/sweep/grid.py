@@ -47,7 +47,8 @@ def read_sweep_file(path: Path, out: Path | None) -> SweepPlan:
     overrides = raw.get("set") or {}
     if not isinstance(overrides, dict):
         raise ScenarioError(f"{path}: set: give a mapping of key paths to values, e.g. {{protocol.rounds: 5}}")
-    destination = out or (Path(str(raw["out"])) if raw.get("out") else None)
+    # paths in the file are relative to the file; --out is relative to where you are
+    destination = out or ((path.parent / str(raw["out"])).resolve() if raw.get("out") else None)
     if destination is None:
         raise ScenarioError(f"{path}: no output folder: give --out SWEEP_DIR or `out:` in the file")
     return SweepPlan(
