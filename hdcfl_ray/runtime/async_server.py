@@ -10,6 +10,7 @@ applied update (FedAsync) or one flushed buffer of B updates (FedBuff).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from dataclasses import dataclass
@@ -47,12 +48,14 @@ class AsyncFederatedServer(FederatedServer):
     # ---- checkpoints: the clients in flight are saved with their finished results ----
     def snapshot(self) -> dict[str, Any]:
         snapshot = super().snapshot()
+        # actor handles are not state: a restored handle is resent to whichever actor then serves its host
+        in_flight = {k: _without_actor(flight) for k, flight in self.in_flight.items()}
         snapshot.update(
             version=self.version,
             dispatches=self.dispatches,
-            in_flight=dict(self.in_flight),
+            in_flight=in_flight,
             finish_queue=list(self.finish_queue),
-            buffer=list(self.buffer),
+            buffer=[(upload, _without_actor(flight)) for upload, flight in self.buffer],
         )
         return snapshot
 
@@ -174,3 +177,7 @@ class AsyncFederatedServer(FederatedServer):
         )
         self.algorithm.async_set_shared(self.state, shared)
         self.buffer = []
+
+
+def _without_actor(flight: InFlight) -> InFlight:
+    return dataclasses.replace(flight, handle=dataclasses.replace(flight.handle, actor=None))
