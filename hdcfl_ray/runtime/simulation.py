@@ -3,7 +3,6 @@ rounds, write the run directory, report progress to an observer."""
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -245,6 +244,3 @@ def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
         "true_groups_known": prepared.partition.true_groups() is not None,
     }
 
-
-def is_finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
