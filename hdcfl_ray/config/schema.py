@@ -290,6 +290,10 @@ class RuntimeConfig(Section):
 
 class OutputConfig(Section):
     dir: str = "runs"
+    # HDC-FL: save the server cache (heads, encoders, sample counts, global encoder) at
+    # every refresh round to RUN_DIR/refresh_cache/, so `hdcfl-ray ablate` can replay
+    # other server-side settings without retraining. Costs K encoders per refresh on disk.
+    save_refresh_cache: bool = False
 
 
 class Scenario(Section):

@@ -101,6 +101,22 @@ class FederatedServer:
         """The hosts now serving (replacements included), e.g. to shut them down."""
         return list(self.pool.hosts)
 
+    def refresh_cache(self) -> dict[str, Any] | None:
+        """The cache an HDC-FL refresh used (after this round's aggregation), as plain arrays."""
+        cache = getattr(self.state, "cache", None)
+        if cache is None:
+            return None
+        import numpy as np
+
+        client_ids = sorted(cache)
+        return {
+            "client_ids": np.asarray(client_ids, dtype=np.int64),
+            "heads": np.stack([cache[k].head for k in client_ids]),
+            "encoders": np.stack([cache[k].encoder for k in client_ids]),
+            "num_samples": np.asarray([cache[k].num_samples for k in client_ids], dtype=np.int64),
+            "global_encoder": np.asarray(self.state.global_encoder),
+        }
+
     # ---- checkpoints ----
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to continue after the last finished round."""

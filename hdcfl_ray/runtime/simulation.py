@@ -191,6 +191,8 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
             if refresh_row is not None:
                 writer.write_part("refresh", round_index, [refresh_row])
                 last_refresh = refresh_row
+                if scenario.output.save_refresh_cache:
+                    save_refresh_cache(run_dir, round_index, ray.get(server.refresh_cache.remote()))
             writer.write_part("rounds", round_index, [round_row])
             if every is not None and round_index % every == 0 and round_index < scenario.protocol.rounds:
                 write_checkpoint(
@@ -216,6 +218,17 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
         last_refresh=last_refresh,
         elapsed_s=time.perf_counter() - started,
     )
+
+
+def save_refresh_cache(run_dir: Path, round_index: int, arrays: dict[str, Any] | None) -> None:
+    """RUN_DIR/refresh_cache/round-XXXXXX.npz (arrays only; read with allow_pickle=False)."""
+    if arrays is None:
+        return
+    directory = run_dir / "refresh_cache"
+    directory.mkdir(exist_ok=True)
+    temporary = directory / f".round-{round_index:06d}.npz"
+    np.savez(temporary, round=np.asarray(round_index), **arrays)
+    temporary.replace(directory / f"round-{round_index:06d}.npz")
 
 
 def _resume_from_checkpoint(run_dir: Path, server: Any, rows: RoundRowBuilder, started: float) -> tuple[int, float]:
