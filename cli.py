@@ -186,6 +186,7 @@ def report(
     paths: List[Path] = typer.Argument(..., help="Run directories, sweep folders, or folders that hold run directories."),
     output_format: str = typer.Option("table", "--format", help="table (terminal), md, csv or latex."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of the terminal."),
+    figures: Optional[Path] = typer.Option(None, "--figures", help="Also write PNG figures (learning curves, grouping diagnostics, client distributions, memberships) to this folder."),
 ) -> None:
     """The paper's tables from finished runs: mean ± sample std over seeds, best and second
     best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods."""
@@ -204,6 +205,11 @@ def report(
     if not records:
         _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
     tables = all_tables(records)
+    if figures is not None:
+        from analysis.figures import write_figures
+
+        written = write_figures([run for run in runs if run.status == "completed"], figures)
+        Console(stderr=True).print(f"wrote {len(written)} figure(s) to {figures}")
     if output_format == "table" and out is None:
         console = Console()
         for table in to_rich(tables):

@@ -1,0 +1,165 @@
+"""The report's figures (PNG): learning curves, grouping diagnostics over refreshes,
+per-client accuracy distributions, and the membership heatmap at the last refresh."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from analysis.runs import RunRecord
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int], list[float]]]]:
+    curves: dict[tuple[str, str], list[tuple[list[int], list[float]]]] = defaultdict(list)
+    for run in runs:
+        rows = [row for row in run.rounds.to_pylist() if row["evaluated"] and row["mean_accuracy"] is not None]
+        if rows:
+            curves[(run.setting, run.algorithm)].append(([r["round"] for r in rows], [100 * r["mean_accuracy"] for r in rows]))
+    return curves
+
+
+def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
+    """Mean client accuracy over rounds, mean +- one std over seeds, one figure per setting.
+    HDC-FL's curve follows the shared encoder before activation and its mixtures after."""
+    plt = _pyplot()
+    curves = _curves(runs)
+    written = []
+    for setting in sorted({s for s, _ in curves}):
+        figure, axis = plt.subplots(figsize=(7, 4.5))
+        for (curve_setting, method), seeds in sorted(curves.items()):
+            if curve_setting != setting:
+                continue
+            rounds = sorted(set.intersection(*(set(r) for r, _ in seeds)))
+            stacked = np.array([[dict(zip(r, a))[t] for t in rounds] for r, a in seeds])
+            mean = stacked.mean(axis=0)
+            axis.plot(rounds, mean, label=f"{method} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+            if len(seeds) > 1:
+                spread = stacked.std(axis=0, ddof=1)
+                axis.fill_between(rounds, mean - spread, mean + spread, alpha=0.2)
+        axis.set_xlabel("round (server version in asynchronous runs)")
+        axis.set_ylabel("mean client test accuracy (%)")
+        axis.set_title(f"{setting}: learning curves (shaded: ± one std over seeds)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        path = out_dir / f"learning_curves_{setting}.png"
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+GROUPING_PANELS = (
+    ("silhouette", "silhouette"),
+    ("ari_previous", "ARI with previous refresh"),
+    ("ari_true", "ARI vs planted groups"),
+    ("membership_entropy_normalized", "membership entropy / log G"),
+    ("personalization_gain", "personalisation gain (pp)"),
+)
+
+
+def grouping_diagnostics(runs: list[RunRecord], out_dir: Path) -> list[Path]:
+    """HDC-FL's refresh diagnostics over rounds, one figure per setting, one line per seed."""
+    plt = _pyplot()
+    by_setting: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        if run.refresh.num_rows:
+            by_setting[run.setting].append(run)
+    written = []
+    for setting, setting_runs in sorted(by_setting.items()):
+        figure, axes = plt.subplots(1, len(GROUPING_PANELS), figsize=(4 * len(GROUPING_PANELS), 3.4))
+        for axis, (column, title) in zip(axes, GROUPING_PANELS):
+            for run in sorted(setting_runs, key=lambda r: (r.algorithm, r.seed)):
+                rows = run.refresh.to_pylist()
+                points = [(r["round"], r[column]) for r in rows if r[column] is not None and not math.isnan(r[column])]
+                if points:
+                    xs, ys = zip(*points)
+                    axis.plot(xs, ys, marker="o", label=f"{run.algorithm} seed {run.seed}")
+            axis.set_title(title, fontsize=10)
+            axis.set_xlabel("round")
+            axis.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        figure.suptitle(f"{setting}: grouping diagnostics at each refresh")
+        figure.tight_layout()
+        path = out_dir / f"grouping_{setting}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def client_distributions(runs: list[RunRecord], out_dir: Path) -> list[Path]:
+    """Final-round per-client accuracies per method (all seeds pooled), one figure per setting."""
+    plt = _pyplot()
+    per_setting: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        final = run.final_evaluated_round()
+        if final is None:
+            continue
+        rows = [r for r in run.clients.to_pylist() if r["round"] == final["round"]]
+        per_setting[run.setting][run.algorithm].extend(100 * r["accuracy"] for r in rows)
+    written = []
+    for setting, methods in sorted(per_setting.items()):
+        names = sorted(methods)
+        figure, axis = plt.subplots(figsize=(max(5, 1.1 * len(names)), 4))
+        axis.boxplot([methods[n] for n in names], showmeans=True)
+        axis.set_xticks(range(1, len(names) + 1), names, rotation=30, ha="right")
+        axis.set_ylabel("client test accuracy (%), final round")
+        axis.set_title(f"{setting}: per-client accuracy (seeds pooled; triangle = mean)")
+        axis.grid(alpha=0.3, axis="y")
+        figure.tight_layout()
+        path = out_dir / f"clients_{setting}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
+    """Soft memberships at the last evaluated round for each run that has them
+    (clients x groups), clients ordered by planted group when known."""
+    plt = _pyplot()
+    written = []
+    for run in runs:
+        final = run.final_evaluated_round()
+        if final is None:
+            continue
+        rows = [r for r in run.clients.to_pylist() if r["round"] == final["round"] and r["memberships"]]
+        if not rows:
+            continue
+        rows.sort(key=lambda r: (r["true_group"] if r["true_group"] is not None else -1, r["client_id"]))
+        matrix = np.array([r["memberships"] for r in rows])
+        figure, axis = plt.subplots(figsize=(1.2 + 0.6 * matrix.shape[1], 1.2 + 0.22 * len(rows)))
+        image = axis.imshow(matrix, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+        axis.set_yticks(range(len(rows)), [f"{r['client_id']} (g{r['true_group']})" if r["true_group"] is not None else str(r["client_id"]) for r in rows], fontsize=7)
+        axis.set_xlabel("group")
+        axis.set_title(f"{run.setting} {run.algorithm} seed {run.seed}\nmemberships, round {final['round']}", fontsize=9)
+        figure.colorbar(image, ax=axis)
+        figure.tight_layout()
+        path = out_dir / f"memberships_{run.setting}_{run.algorithm}_seed{run.seed}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def write_figures(runs: list[RunRecord], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        *learning_curves(runs, out_dir),
+        *grouping_diagnostics(runs, out_dir),
+        *client_distributions(runs, out_dir),
+        *membership_heatmaps(runs, out_dir),
+    ]

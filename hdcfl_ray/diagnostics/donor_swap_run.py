@@ -1,0 +1,177 @@
+"""Donor-swap diagnostic on a finished run: replay the server cache of the last
+refresh (RUN_DIR/refresh_cache/, written with output.save_refresh_cache=true),
+score every (donor encoder, target head) pair on the target's test set in this
+process, and hand the matrices to `donor_swap.py` for the maths."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.algorithms.registry import build_algorithm
+from hdcfl_ray.config.loading import load_scenario
+from hdcfl_ray.diagnostics.donor_swap import DonorSwapSummary, analyse_run, beneficial, off_diagonal, summarise
+from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
+from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.initial_model import initial_parameters
+from hdcfl_ray.runtime.simulation import prepare_run
+
+PARQUET_NAME = "donor_swap.parquet"
+CACHE_KEYS = ("client_ids", "heads", "encoders", "num_samples", "global_encoder")
+
+
+def last_refresh_cache(run_dir: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """The arrays of the run's last saved refresh, and the file they came from."""
+    directory = Path(run_dir) / "refresh_cache"
+    files = sorted(directory.glob("round-*.npz")) if directory.is_dir() else []
+    if not files:
+        raise ScenarioError(
+            f"{directory}: no refresh cache found; the donor-swap diagnostic needs the server cache of the "
+            f"last refresh: rerun the scenario with --set output.save_refresh_cache=true"
+        )
+    path = files[-1]
+    with np.load(path, allow_pickle=False) as archive:
+        missing = [key for key in CACHE_KEYS if key not in archive.files]
+        if missing:
+            raise ScenarioError(f"{path}: refresh cache lacks {', '.join(missing)}; rerun the scenario to rewrite it")
+        return path, {key: np.asarray(archive[key]) for key in CACHE_KEYS}
+
+
+def cosine_similarity(vectors: np.ndarray) -> np.ndarray:
+    """Pairwise cosine similarity of rows (a zero row has similarity 0 to everything)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    return unit @ unit.T
+
+
+def swap_matrices(
+    host: ClientHost,
+    client_ids: np.ndarray,
+    heads: np.ndarray,
+    encoders: np.ndarray,
+    round_index: int,
+    max_test_samples: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(loss_delta, acc_delta), each (T, T) [target, donor]: the score of
+    (encoder_d, head_t) minus that of the reference (encoder_t, head_t)."""
+    size = len(client_ids)
+    loss = np.full((size, size), np.nan)
+    accuracy = np.full((size, size), np.nan)
+    for target_position, target in enumerate(client_ids):
+        context = host.context(int(target), round_index)
+        inputs, labels = context.test_data()
+        if max_test_samples is not None:
+            inputs, labels = inputs[:max_test_samples], labels[:max_test_samples]
+        for donor_position in range(size):
+            stats = context.score(ModelParams(encoder=encoders[donor_position]), head=heads[target_position], data=(inputs, labels))
+            loss[target_position, donor_position] = stats.loss
+            accuracy[target_position, donor_position] = stats.accuracy
+    loss_delta = loss - np.diag(loss)[:, None]
+    acc_delta = accuracy - np.diag(accuracy)[:, None]
+    return loss_delta, acc_delta
+
+
+def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
+    """Run the donor-swap diagnostic on a finished run with a saved refresh cache.
+
+    `max_test_samples`: score each target on its first this-many test samples
+    (None: all). With `out_dir`, writes out_dir/donor_swap.parquet, one row per
+    ordered pair (target, donor), target != donor."""
+    if max_test_samples is not None and (isinstance(max_test_samples, bool) or max_test_samples < 1):
+        raise ValueError(f"max_test_samples must be a positive integer or None, got {max_test_samples!r}")
+    run_dir = Path(run_dir)
+    scenario_path = run_dir / "scenario.yaml"
+    if not scenario_path.is_file():
+        raise ScenarioError(f"{scenario_path}: not found; pass the directory of a finished run")
+    cache_path, cache = last_refresh_cache(run_dir)
+    client_ids = cache["client_ids"]
+    if len(client_ids) < 2:
+        raise ScenarioError(f"{cache_path}: the cache holds {len(client_ids)} client(s); the diagnostic needs at least 2")
+    round_index = int(cache_path.stem.split("-")[1])
+
+    scenario = load_scenario(scenario_path)
+    prepared = prepare_run(scenario)
+    dataset = prepared.dataset
+    host = ClientHost(
+        scenario,
+        build_algorithm(scenario),
+        dataset.train_images,
+        dataset.train_labels,
+        dataset.test_images,
+        dataset.test_labels,
+        list(prepared.partition.clients),
+        initial_parameters(scenario, dataset),
+        dataset.num_classes,
+    )
+    loss_delta, acc_delta = swap_matrices(
+        host, client_ids, cache["heads"], cache["encoders"], round_index, max_test_samples
+    )
+    similarity_lowrank = cosine_similarity(lowrank_descriptors(cache["heads"], rank=scenario.algorithm.hdcfl.rank).vectors)
+    similarity_raw = cosine_similarity(raw_descriptors(cache["heads"]).vectors)
+    summary = summarise([analyse_run(loss_delta, acc_delta, similarity_lowrank, similarity_raw)])
+    if out_dir is not None:
+        write_pairs(Path(out_dir) / PARQUET_NAME, client_ids, similarity_lowrank, similarity_raw, loss_delta, acc_delta)
+    return summary
+
+
+def write_pairs(
+    path: Path,
+    client_ids: np.ndarray,
+    similarity_lowrank: np.ndarray,
+    similarity_raw: np.ndarray,
+    loss_delta: np.ndarray,
+    acc_delta: np.ndarray,
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    mask = off_diagonal(loss_delta)
+    targets, donors = np.nonzero(mask)
+    table = pa.table(
+        {
+            "target": pa.array(client_ids[targets].astype(np.int64)),
+            "donor": pa.array(client_ids[donors].astype(np.int64)),
+            "similarity_lowrank": pa.array(similarity_lowrank[mask]),
+            "similarity_raw": pa.array(similarity_raw[mask]),
+            "loss_delta": pa.array(loss_delta[mask]),
+            "acc_delta": pa.array(acc_delta[mask]),
+            "beneficial": pa.array(beneficial(loss_delta)[mask]),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+
+
+def _number(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def format_summary(summary: DonorSwapSummary) -> str:
+    """Table 4 quantities (with table 15's raw-head rho/AUROC) and table 14's
+    quintiles with standard errors, as Markdown."""
+    lines = [
+        f"Donor swap ({summary.num_units} target units)",
+        "",
+        "| quantity | value |",
+        "|---|---|",
+        f"| Spearman rho (low-rank) | {_number(summary.spearman_rho)} |",
+        f"| AUROC (low-rank) | {_number(summary.auroc)} |",
+        f"| AP (low-rank) | {_number(summary.ap)} |",
+        f"| beneficial-donor rate | {_number(summary.beneficial_rate)} |",
+        f"| AP lift | {_number(summary.ap_lift)} |",
+        f"| top-1 minus random (pp) | {_number(summary.top1_minus_random_pp, 2)} |",
+        f"| Spearman rho (raw heads) | {_number(summary.spearman_rho_raw)} |",
+        f"| AUROC (raw heads) | {_number(summary.auroc_raw)} |",
+        "",
+        "| head-distance quintile | accuracy gain (pp) | SE (pp) |",
+        "|---|---|---|",
+    ]
+    for quintile, (gain, se) in enumerate(zip(summary.quintile_gain_pp, summary.quintile_se_pp), start=1):
+        label = f"Q{quintile}" + (" (closest)" if quintile == 1 else " (farthest)" if quintile == len(summary.quintile_gain_pp) else "")
+        lines.append(f"| {label} | {_number(float(gain), 2)} | {_number(float(se), 2)} |")
+    return "\n".join(lines)

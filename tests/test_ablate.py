@@ -1,0 +1,99 @@
+"""Replaying a finished HDC-FL run's refreshes with other settings (hdcfl_ray/ablation)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hdcfl_ray.ablation import ablate_run
+from hdcfl_ray.config.loading import build_scenario
+from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.logs.table_writer import read_table
+from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.terminal.live_view import QuietObserver
+from tests.conftest import tiny_scenario
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, ray_session) -> Path:
+    """One small HDC-FL run with saved refresh caches; partial participation leaves
+    some clients untrained at the first refresh (they hold the initial head)."""
+    scenario = build_scenario(
+        tiny_scenario(output={"save_refresh_cache": True}, protocol={"rounds": 3, "participation": 0.5, "local_epochs": 1, "batch_size": 32})
+    )
+    run_dir = tmp_path_factory.mktemp("ablate") / "run"
+    run_simulation(prepare_run(scenario), run_dir, QuietObserver())
+    return run_dir
+
+
+def _by_round_and_client(run_dir: Path) -> dict[tuple[int, int], dict]:
+    return {(row["round"], row["client_id"]): row for row in read_table(run_dir, "clients").to_pylist()}
+
+
+def _refresh_rounds(run_dir: Path) -> list[int]:
+    return sorted(int(path.stem.removeprefix("round-")) for path in (run_dir / "refresh_cache").glob("round-*.npz"))
+
+
+def test_replay_with_the_runs_own_settings_reproduces_its_logged_accuracies(finished_run, tmp_path):
+    out_dir = ablate_run(finished_run, [], tmp_path / "same")
+    logged = _by_round_and_client(finished_run)
+    replayed = _by_round_and_client(out_dir)
+    refresh_rounds = _refresh_rounds(finished_run)
+    assert refresh_rounds == [2, 3]
+    assert sorted(replayed) == sorted(key for key in logged if key[0] in refresh_rounds)
+    for key, row in replayed.items():
+        assert row["accuracy_personalized"] == logged[key]["accuracy_personalized"], key
+        assert row["accuracy_global"] == logged[key]["accuracy_global"], key
+        assert row["group"] == logged[key]["group"], key
+
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["ablation_of"] == str(finished_run) and manifest["overrides"] == []
+    rounds = read_table(out_dir, "rounds").to_pylist()
+    assert [row["round"] for row in rounds] == [2, 3]
+    assert all(row["evaluated"] and row["personalized"] for row in rounds)
+
+
+def test_mix_zero_scores_every_client_with_the_global_encoder(finished_run, tmp_path):
+    out_dir = ablate_run(finished_run, ["algorithm.hdcfl.mix=0"], tmp_path / "mix0")
+    rows = read_table(out_dir, "clients").to_pylist()
+    assert rows
+    for row in rows:
+        if row["accuracy_personalized"] is not None:
+            assert row["accuracy_personalized"] == row["accuracy_global"]
+        assert row["accuracy"] == row["accuracy_global"]
+    assert "mix: 0" in (out_dir / "scenario.yaml").read_text()
+
+
+def test_one_group_puts_every_cached_client_in_group_zero(finished_run, tmp_path):
+    out_dir = ablate_run(finished_run, ["algorithm.hdcfl.groups=1"], tmp_path / "one-group")
+    groups = [row["group"] for row in read_table(out_dir, "clients").to_pylist() if row["group"] is not None]
+    assert groups and set(groups) == {0}
+    assert {row["num_groups"] for row in read_table(out_dir, "rounds").to_pylist()} == {1}
+
+
+def test_overriding_a_key_outside_hdcfl_is_refused_naming_it(finished_run, tmp_path):
+    with pytest.raises(ScenarioError, match="protocol.rounds"):
+        ablate_run(finished_run, ["protocol.rounds=5"], tmp_path / "bad")
+    with pytest.raises(ScenarioError, match="refresh schedule"):
+        ablate_run(finished_run, ["algorithm.hdcfl.refresh_every=2"], tmp_path / "bad")
+
+
+def test_a_run_without_refresh_caches_is_refused_with_the_fix(finished_run, tmp_path):
+    bare = tmp_path / "bare"
+    shutil.copytree(finished_run, bare, ignore=shutil.ignore_patterns("refresh_cache"))
+    with pytest.raises(ScenarioError, match="save_refresh_cache"):
+        ablate_run(bare, [], tmp_path / "out")
+
+
+def test_an_out_dir_that_holds_files_is_refused(finished_run, tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("keep me")
+    with pytest.raises(ScenarioError, match="already holds files"):
+        ablate_run(finished_run, [], taken)
