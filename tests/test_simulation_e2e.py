@@ -97,3 +97,16 @@ def test_simulate_refuses_a_run_dir_that_holds_files(tmp_path, write_scenario):
     result = CliRunner().invoke(app, ["simulate", str(write_scenario(tiny_scenario())), "--out", str(run_dir), "--quiet"])
     assert result.exit_code == 2
     assert "already holds files" in result.output
+
+
+def test_report_reads_the_run_and_writes_tables_and_figures(tmp_path):
+    run_dir = simulate(tmp_path, "for-report")
+    figures = tmp_path / "figures"
+    out = tmp_path / "report.md"
+    result = CliRunner().invoke(app, ["report", str(run_dir), "--format", "md", "--out", str(out), "--figures", str(figures)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "| hdcfl |" in text and "Avg. rank" in text
+    names = {path.name for path in figures.iterdir()}
+    assert {"learning_curves_tiny.png", "grouping_tiny.png", "clients_tiny.png", "memberships_tiny_hdcfl_seed7.png"} <= names
+    assert all(path.stat().st_size > 1000 for path in figures.iterdir())
