@@ -224,6 +224,47 @@ def report(
         print(f"wrote {out}")
 
 
+@app.command()
+def ablate(
+    run_dir: Path = typer.Argument(..., help="A finished HDC-FL run made with --set output.save_refresh_cache=true."),
+    overrides: Optional[List[str]] = SetOption,
+    out: Path = typer.Option(..., "--out", help="Folder for the replay's clients/rounds/refresh tables (like a run)."),
+) -> None:
+    """Replay HDC-FL's refreshes of a finished run with other server-side settings
+    (algorithm.hdcfl.*: descriptor, rank, groups, membership, temperature, mix, prototypes)."""
+    from hdcfl_ray.ablation import ablate_run
+
+    try:
+        written = ablate_run(run_dir, list(overrides or []), out)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    print(f"wrote {written}; compare with: hdcfl-ray report {run_dir} {written}")
+
+
+diagnose_app = typer.Typer(help="Diagnostics computed from a finished run.", no_args_is_help=True)
+app.add_typer(diagnose_app, name="diagnose")
+
+
+@diagnose_app.command("donor-swap")
+def donor_swap(
+    run_dir: Path = typer.Argument(..., help="A finished HDC-FL run made with --set output.save_refresh_cache=true."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for donor_swap.parquet (one row per target/donor pair)."),
+    max_test_samples: int = typer.Option(256, "--max-test-samples", help="Test images per target (the first N)."),
+) -> None:
+    """Pair each target's head with every donor's cached encoder: Spearman rho, AUROC, AP,
+    beneficial rate, AP lift, top-1 minus random, gains by head-distance quintile (tables 4, 14, 15)."""
+    from hdcfl_ray.diagnostics.donor_swap_run import donor_swap as run_donor_swap
+    from hdcfl_ray.diagnostics.donor_swap_run import format_summary
+
+    try:
+        summary = run_donor_swap(run_dir, out, max_test_samples=max_test_samples)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    print(format_summary(summary))
+    if out is not None:
+        print(f"pairs written to {out / 'donor_swap.parquet'}")
+
+
 def main() -> None:
     app()
 

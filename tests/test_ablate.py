@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.runs import load_run
 from hdcfl_ray.ablation import ablate_run
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.errors import ScenarioError
@@ -59,6 +60,7 @@ def test_replay_with_the_runs_own_settings_reproduces_its_logged_accuracies(fini
     rounds = read_table(out_dir, "rounds").to_pylist()
     assert [row["round"] for row in rounds] == [2, 3]
     assert all(row["evaluated"] and row["personalized"] for row in rounds)
+    assert load_run(out_dir).final_evaluated_round()["round"] == 3
 
 
 def test_mix_zero_scores_every_client_with_the_global_encoder(finished_run, tmp_path):

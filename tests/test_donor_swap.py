@@ -124,7 +124,10 @@ def test_missing_refresh_cache_says_to_rerun_with_the_flag(tmp_path):
 
 @pytest.mark.usefixtures("ray_session")
 def test_donor_swap_on_a_tiny_run_writes_one_row_per_ordered_pair(tmp_path: Path):
-    scenario = build_scenario(tiny_scenario(output={"save_refresh_cache": True}))
+    # two rounds: the activation round 2 is the one refresh, so its cache is the last
+    scenario = build_scenario(
+        tiny_scenario(output={"save_refresh_cache": True}, protocol={"rounds": 2}, partition={"num_clients": 6})
+    )
     run_dir = tmp_path / "run"
     run_simulation(prepare_run(scenario), run_dir, QuietObserver())
 

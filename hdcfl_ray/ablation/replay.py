@@ -11,6 +11,8 @@ client that never trained still holds the initial head."""
 
 from __future__ import annotations
 
+import re
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +53,16 @@ class SavedRefresh:
     global_encoder: np.ndarray  # (De,)
 
 
+def variant_name(base: str, overrides: list[str]) -> str:
+    """`quickstart` + [algorithm.hdcfl.rank=2] -> `quickstart.rank-2` (a valid scenario name)."""
+    parts = []
+    for text in overrides:
+        key, _, value = text.partition("=")
+        parts.append(f"{key.rsplit('.', 1)[-1]}-{value.strip()}")
+    suffix = re.sub(r"[^A-Za-z0-9._-]+", "_", ".".join(parts)) if parts else "replay"
+    return f"{base}.{suffix}"
+
+
 def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
     """Score every saved refresh of `run_dir` with `overrides` (only `algorithm.hdcfl.*`
     keys) applied, and write a run folder `out_dir` that `hdcfl-ray report` reads.
@@ -71,7 +83,8 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
     _claim_out_dir(out_dir)
 
     started = time.perf_counter()
-    (out_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    # The replay is its own setting in reports, named after what it changed.
+    (out_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario.model_copy(update={"name": variant_name(scenario.name, overrides)})))
     write_manifest(
         out_dir,
         seed=scenario.seed,
