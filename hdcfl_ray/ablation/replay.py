@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,10 @@ from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.hdcfl.prototypes import personalised_encoder
 from hdcfl_ray.hdcfl.refresh import RefreshResult, refresh_groups
 from hdcfl_ray.logs.manifest import update_manifest, write_manifest
+from hdcfl_ray.logs.refresh_cache import SavedRefresh, read_refresh_caches
 from hdcfl_ray.logs.table_writer import TableWriter
 from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.inprocess import local_host
 from hdcfl_ray.runtime.initial_model import initial_parameters
 from hdcfl_ray.runtime.messages import EvalStats
 from hdcfl_ray.runtime.simulation import PreparedRun, prepare_run
@@ -39,18 +40,6 @@ from hdcfl_ray.runtime.simulation import PreparedRun, prepare_run
 # The refresh schedule decides at which rounds caches were saved; a replay can
 # only score the rounds the run refreshed at.
 _SCHEDULE_KEYS = ("activation_round", "refresh_every")
-
-
-@dataclass(frozen=True)
-class SavedRefresh:
-    """One RUN_DIR/refresh_cache/round-XXXXXX.npz: the server cache after that round's aggregation."""
-
-    round_index: int
-    client_ids: np.ndarray  # (K_cached,)
-    heads: np.ndarray  # (K_cached, Dh)
-    encoders: np.ndarray  # (K_cached, De)
-    num_samples: np.ndarray  # (K_cached,)
-    global_encoder: np.ndarray  # (De,)
 
 
 def variant_name(base: str, overrides: list[str]) -> str:
@@ -79,7 +68,7 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
             f"ablate {run_dir}: the run used algorithm {run_scenario.algorithm.name!r}; only hdcfl runs have refreshes to replay"
         )
     scenario = load_scenario(scenario_path, overrides)
-    refreshes = read_refresh_caches(run_dir)
+    refreshes = read_refresh_caches(run_dir, purpose="ablate")
     _claim_out_dir(out_dir)
 
     started = time.perf_counter()
@@ -114,31 +103,6 @@ def check_overrides(overrides: list[str]) -> None:
             )
 
 
-def read_refresh_caches(run_dir: Path) -> list[SavedRefresh]:
-    """The saved refreshes of a run, in round order."""
-    directory = Path(run_dir) / "refresh_cache"
-    paths = sorted(directory.glob("round-*.npz")) if directory.is_dir() else []
-    if not paths:
-        raise ScenarioError(
-            f"ablate {run_dir}: no saved refresh caches ({directory} is missing or empty); "
-            f"rerun the simulation with --set output.save_refresh_cache=true"
-        )
-    refreshes = []
-    for path in paths:
-        with np.load(path, allow_pickle=False) as arrays:
-            refreshes.append(
-                SavedRefresh(
-                    round_index=int(arrays["round"]),
-                    client_ids=np.asarray(arrays["client_ids"], dtype=np.int64),
-                    heads=np.asarray(arrays["heads"]),
-                    encoders=np.asarray(arrays["encoders"]),
-                    num_samples=np.asarray(arrays["num_samples"]),
-                    global_encoder=np.asarray(arrays["global_encoder"]),
-                )
-            )
-    return sorted(refreshes, key=lambda refresh: refresh.round_index)
-
-
 def _claim_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ScenarioError(f"ablate --out {out_dir}: the folder already holds files; choose a new folder or remove it")
@@ -152,17 +116,7 @@ def _replay(prepared: PreparedRun, run_scenario: Scenario, refreshes: list[Saved
     # refresh round whose cache was empty too, exactly as the run did.
     run_schedule = build_algorithm(run_scenario)
     initial = initial_parameters(scenario, dataset)
-    host = ClientHost(
-        scenario,
-        algorithm,
-        dataset.train_images,
-        dataset.train_labels,
-        dataset.test_images,
-        dataset.test_labels,
-        list(partition.clients),
-        initial,
-        dataset.num_classes,
-    )
+    host = local_host(prepared, algorithm, initial)
     true_groups = partition.true_groups()
     writer = TableWriter(out_dir)
     previous_groups: dict[int, int] | None = None

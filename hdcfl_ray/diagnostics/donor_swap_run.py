@@ -11,34 +11,16 @@ from pathlib import Path
 import numpy as np
 
 from hdcfl_ray.algorithms.base import ModelParams
-from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.diagnostics.donor_swap import DonorSwapSummary, analyse_run, beneficial, off_diagonal, summarise
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
+from hdcfl_ray.logs.refresh_cache import read_refresh_caches
 from hdcfl_ray.runtime.client_host import ClientHost
-from hdcfl_ray.runtime.initial_model import initial_parameters
+from hdcfl_ray.runtime.inprocess import local_host
 from hdcfl_ray.runtime.simulation import prepare_run
 
 PARQUET_NAME = "donor_swap.parquet"
-CACHE_KEYS = ("client_ids", "heads", "encoders", "num_samples", "global_encoder")
-
-
-def last_refresh_cache(run_dir: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    """The arrays of the run's last saved refresh, and the file they came from."""
-    directory = Path(run_dir) / "refresh_cache"
-    files = sorted(directory.glob("round-*.npz")) if directory.is_dir() else []
-    if not files:
-        raise ScenarioError(
-            f"{directory}: no refresh cache found; the donor-swap diagnostic needs the server cache of the "
-            f"last refresh: rerun the scenario with --set output.save_refresh_cache=true"
-        )
-    path = files[-1]
-    with np.load(path, allow_pickle=False) as archive:
-        missing = [key for key in CACHE_KEYS if key not in archive.files]
-        if missing:
-            raise ScenarioError(f"{path}: refresh cache lacks {', '.join(missing)}; rerun the scenario to rewrite it")
-        return path, {key: np.asarray(archive[key]) for key in CACHE_KEYS}
 
 
 def cosine_similarity(vectors: np.ndarray) -> np.ndarray:
@@ -88,31 +70,16 @@ def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int
     scenario_path = run_dir / "scenario.yaml"
     if not scenario_path.is_file():
         raise ScenarioError(f"{scenario_path}: not found; pass the directory of a finished run")
-    cache_path, cache = last_refresh_cache(run_dir)
-    client_ids = cache["client_ids"]
+    cache = read_refresh_caches(run_dir, purpose="diagnose donor-swap")[-1]  # the final cached encoders and heads
+    client_ids = cache.client_ids
     if len(client_ids) < 2:
-        raise ScenarioError(f"{cache_path}: the cache holds {len(client_ids)} client(s); the diagnostic needs at least 2")
-    round_index = int(cache_path.stem.split("-")[1])
+        raise ScenarioError(f"{run_dir}: the last refresh cache holds {len(client_ids)} client(s); the diagnostic needs at least 2")
 
     scenario = load_scenario(scenario_path)
-    prepared = prepare_run(scenario)
-    dataset = prepared.dataset
-    host = ClientHost(
-        scenario,
-        build_algorithm(scenario),
-        dataset.train_images,
-        dataset.train_labels,
-        dataset.test_images,
-        dataset.test_labels,
-        list(prepared.partition.clients),
-        initial_parameters(scenario, dataset),
-        dataset.num_classes,
-    )
-    loss_delta, acc_delta = swap_matrices(
-        host, client_ids, cache["heads"], cache["encoders"], round_index, max_test_samples
-    )
-    similarity_lowrank = cosine_similarity(lowrank_descriptors(cache["heads"], rank=scenario.algorithm.hdcfl.rank).vectors)
-    similarity_raw = cosine_similarity(raw_descriptors(cache["heads"]).vectors)
+    host = local_host(prepare_run(scenario))
+    loss_delta, acc_delta = swap_matrices(host, client_ids, cache.heads, cache.encoders, cache.round_index, max_test_samples)
+    similarity_lowrank = cosine_similarity(lowrank_descriptors(cache.heads, rank=scenario.algorithm.hdcfl.rank).vectors)
+    similarity_raw = cosine_similarity(raw_descriptors(cache.heads).vectors)
     summary = summarise([analyse_run(loss_delta, acc_delta, similarity_lowrank, similarity_raw)])
     if out_dir is not None:
         write_pairs(Path(out_dir) / PARQUET_NAME, client_ids, similarity_lowrank, similarity_raw, loss_delta, acc_delta)

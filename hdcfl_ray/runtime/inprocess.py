@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hdcfl_ray.algorithms.base import Algorithm
+from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.client_host import ClientHost
@@ -28,6 +28,22 @@ class InProcessRun:
         return [self.run_round(t) for t in range(1, self.server.rounds + 1)]
 
 
+def local_host(prepared, algorithm: Algorithm | None = None, initial: ModelParams | None = None) -> ClientHost:
+    """One plain ClientHost owning every client of a `simulation.PreparedRun`."""
+    scenario, dataset = prepared.scenario, prepared.dataset
+    return ClientHost(
+        scenario,
+        algorithm or build_algorithm(scenario),
+        dataset.train_images,
+        dataset.train_labels,
+        dataset.test_images,
+        dataset.test_labels,
+        list(prepared.partition.clients),
+        initial or initial_parameters(scenario, dataset),
+        dataset.num_classes,
+    )
+
+
 def in_process_run(prepared, algorithm: Algorithm | None = None) -> InProcessRun:
     """`prepared` is a `simulation.PreparedRun`."""
     scenario = prepared.scenario
@@ -35,17 +51,7 @@ def in_process_run(prepared, algorithm: Algorithm | None = None) -> InProcessRun
     algorithm = algorithm or build_algorithm(scenario)
     initial = initial_parameters(scenario, dataset)
     independent = independent_initialisations(scenario, dataset, algorithm.independent_inits)
-    host = ClientHost(
-        scenario,
-        algorithm,
-        dataset.train_images,
-        dataset.train_labels,
-        dataset.test_images,
-        dataset.test_labels,
-        list(prepared.partition.clients),
-        initial,
-        dataset.num_classes,
-    )
+    host = local_host(prepared, algorithm, initial)
     settings = build_server_settings(scenario, prepared.partition)
     server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer
     server = server_class(

@@ -24,6 +24,7 @@ from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.logs.manifest import update_manifest, write_manifest
 from hdcfl_ray.logs.round_rows import RoundRowBuilder
 from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
+from hdcfl_ray.logs.refresh_cache import save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
 from hdcfl_ray.runtime.placement import assign_clients, count_hosts
 from hdcfl_ray.runtime.ray_session import RaySession
@@ -218,17 +219,6 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
         last_refresh=last_refresh,
         elapsed_s=time.perf_counter() - started,
     )
-
-
-def save_refresh_cache(run_dir: Path, round_index: int, arrays: dict[str, Any] | None) -> None:
-    """RUN_DIR/refresh_cache/round-XXXXXX.npz (arrays only; read with allow_pickle=False)."""
-    if arrays is None:
-        return
-    directory = run_dir / "refresh_cache"
-    directory.mkdir(exist_ok=True)
-    temporary = directory / f".round-{round_index:06d}.npz"
-    np.savez(temporary, round=np.asarray(round_index), **arrays)
-    temporary.replace(directory / f"round-{round_index:06d}.npz")
 
 
 def _resume_from_checkpoint(run_dir: Path, server: Any, rows: RoundRowBuilder, started: float) -> tuple[int, float]:
