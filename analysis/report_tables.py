@@ -91,6 +91,32 @@ def macro_table(records: list[RunMetrics]) -> ReportTable:
     return result
 
 
+def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
+    """Tables 3 and 10-13 form: for each base setting that has variants (settings named
+    `<base>.<variant>`, as `hdcfl-ray ablate` writes them), one row per variant of
+    HDC-FL and columns Mean, Worst, Bottom-20%."""
+    tables = []
+    settings = sorted({r.setting for r in records})
+    bases = sorted({s.split(".", 1)[0] for s in settings if "." in s})
+    columns = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
+    for base in bases:
+        members = [s for s in settings if s == base or s.startswith(base + ".")]
+        table = ReportTable(f"{base}: server-side variants (tables 3, 10-13 form)", ["Variant", "Method", *[name for name, _ in columns]])
+        per_metric = {metric: cells(records, metric) for _, metric in columns}
+        for setting in members:
+            variant = "as run" if setting == base else setting.split(".", 1)[1]
+            for method in sorted({r.method for r in records if r.setting == setting}):
+                row = [Text(variant), Text(method)]
+                for _, metric in columns:
+                    cell = per_metric[metric][(setting, method)]
+                    text = _percent(cell.mean, 100.0) + ("" if math.isnan(cell.std) else f" ± {_percent(cell.std, 100.0)}")
+                    row.append(Text(text))
+                table.rows.append(row)
+        table.note = "Variants are replays of the same runs' refreshes (hdcfl-ray ablate), so rows are paired by seed."
+        tables.append(table)
+    return tables
+
+
 def all_tables(records: list[RunMetrics]) -> list[ReportTable]:
     tables = [
         per_setting_table(records, "mean_accuracy", with_rank=True, with_macro=False),
@@ -101,7 +127,7 @@ def all_tables(records: list[RunMetrics]) -> list[ReportTable]:
     ]
     if any(not math.isnan(r.values["ari_true"]) for r in records):
         tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
-    return tables
+    return tables + variant_tables(records)
 
 
 # ---- renderings ----

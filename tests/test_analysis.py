@@ -73,3 +73,19 @@ def test_tables_mark_best_and_second_and_render():
     assert row_b[1].mark == "second"
     assert "**85.00 ± 7.07**" in to_markdown(tables)
     assert "\\textbf{85.00 $\\pm$ 7.07}" in to_latex(tables)
+
+
+def test_ablation_variants_become_rows_of_one_table():
+    from analysis.report_tables import variant_tables
+
+    records = [
+        record("rot", "hdcfl", 1, 0.80, 0.70, 0.72, 0.2),
+        record("rot", "hdcfl", 2, 0.82, 0.72, 0.74, 0.2),
+        record("rot.groups-1", "hdcfl", 1, 0.78, 0.66, 0.70, 0.2),
+        record("rot.groups-1", "hdcfl", 2, 0.78, 0.68, 0.70, 0.2),
+        record("other", "fedavg_se", 1, 0.5, 0.4, 0.45, 0.2),
+    ]
+    (table,) = variant_tables(records)
+    assert [row[0].value for row in table.rows] == ["as run", "groups-1"]
+    assert table.rows[0][2].value == "81.00 ± 1.41"
+    assert table.rows[1][3].value == "67.00 ± 1.41"
