@@ -145,3 +145,14 @@ def test_donor_swap_on_a_tiny_run_writes_one_row_per_ordered_pair(tmp_path: Path
         assert math.isnan(value) or math.isfinite(value)
     assert summary.quintile_gain_pp.shape == (5,) and summary.quintile_se_pp.shape == (5,)
     assert "Q1 (closest)" in format_summary(summary)
+
+    # targets scored in parallel on Ray give exactly the in-process matrices
+    from hdcfl_ray.diagnostics.donor_swap_run import swap_matrices, swap_matrices_on_ray
+    from hdcfl_ray.logs.refresh_cache import read_refresh_caches
+    from hdcfl_ray.runtime.inprocess import local_host
+
+    cache = read_refresh_caches(run_dir, purpose="test")[-1]
+    prepared = prepare_run(scenario)
+    serial = swap_matrices(local_host(prepared), cache.client_ids, cache.heads, cache.encoders, cache.round_index, 16)
+    parallel = swap_matrices_on_ray(prepared, cache.client_ids, cache.heads, cache.encoders, cache.round_index, 16, workers=2)
+    assert np.array_equal(serial[0], parallel[0]) and np.array_equal(serial[1], parallel[1])

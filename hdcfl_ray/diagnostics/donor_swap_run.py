@@ -18,6 +18,7 @@ from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.logs.refresh_cache import read_refresh_caches
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.inprocess import local_host
+from hdcfl_ray.runtime.ray_session import RaySession
 from hdcfl_ray.runtime.simulation import prepare_run
 
 PARQUET_NAME = "donor_swap.parquet"
@@ -41,21 +42,57 @@ def swap_matrices(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(loss_delta, acc_delta), each (T, T) [target, donor]: the score of
     (encoder_d, head_t) minus that of the reference (encoder_t, head_t)."""
+    loss, accuracy = score_targets(host, list(range(len(client_ids))), client_ids, heads, encoders, round_index, max_test_samples)
+    return _deltas(loss, accuracy)
+
+
+def _deltas(loss: np.ndarray, accuracy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return loss - np.diag(loss)[:, None], accuracy - np.diag(accuracy)[:, None]
+
+
+def score_targets(
+    host: ClientHost,
+    positions: list[int],
+    client_ids: np.ndarray,
+    heads: np.ndarray,
+    encoders: np.ndarray,
+    round_index: int,
+    max_test_samples: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Loss and accuracy rows (len(positions), T) of the targets at `positions`
+    paired with every donor's encoder."""
     size = len(client_ids)
-    loss = np.full((size, size), np.nan)
-    accuracy = np.full((size, size), np.nan)
-    for target_position, target in enumerate(client_ids):
-        context = host.context(int(target), round_index)
+    loss = np.full((len(positions), size), np.nan)
+    accuracy = np.full((len(positions), size), np.nan)
+    for row, target_position in enumerate(positions):
+        context = host.context(int(client_ids[target_position]), round_index)
         inputs, labels = context.test_data()
         if max_test_samples is not None:
             inputs, labels = inputs[:max_test_samples], labels[:max_test_samples]
         for donor_position in range(size):
             stats = context.score(ModelParams(encoder=encoders[donor_position]), head=heads[target_position], data=(inputs, labels))
-            loss[target_position, donor_position] = stats.loss
-            accuracy[target_position, donor_position] = stats.accuracy
-    loss_delta = loss - np.diag(loss)[:, None]
-    acc_delta = accuracy - np.diag(accuracy)[:, None]
-    return loss_delta, acc_delta
+            loss[row, donor_position] = stats.loss
+            accuracy[row, donor_position] = stats.accuracy
+    return loss, accuracy
+
+
+def _score_chunk(prepared, positions, client_ids, heads, encoders, round_index, max_test_samples):
+    """A Ray task: one host for this worker, a block of targets."""
+    return score_targets(local_host(prepared), positions, client_ids, heads, encoders, round_index, max_test_samples)
+
+
+def swap_matrices_on_ray(prepared, client_ids, heads, encoders, round_index, max_test_samples, workers: int):
+    """The same matrices, targets split over `workers` Ray tasks (one CPU each)."""
+    import ray
+
+    score_chunk = ray.remote(num_cpus=1)(_score_chunk)
+    shared = [ray.put(value) for value in (prepared, client_ids, heads, encoders)]
+    chunks = [list(chunk) for chunk in np.array_split(np.arange(len(client_ids)), max(1, min(workers, len(client_ids)))) if len(chunk)]
+    futures = [score_chunk.remote(shared[0], chunk, shared[1], shared[2], shared[3], round_index, max_test_samples) for chunk in chunks]
+    rows = ray.get(futures)
+    loss = np.concatenate([part[0] for part in rows])
+    accuracy = np.concatenate([part[1] for part in rows])
+    return _deltas(loss, accuracy)
 
 
 def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
@@ -76,8 +113,13 @@ def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int
         raise ScenarioError(f"{run_dir}: the last refresh cache holds {len(client_ids)} client(s); the diagnostic needs at least 2")
 
     scenario = load_scenario(scenario_path)
-    host = local_host(prepare_run(scenario))
-    loss_delta, acc_delta = swap_matrices(host, client_ids, cache.heads, cache.encoders, cache.round_index, max_test_samples)
+    prepared = prepare_run(scenario)
+    # Targets are scored in parallel on Ray (the run's runtime settings start or join it).
+    with RaySession(scenario.runtime) as session:
+        workers = max(1, int(session.cpus // 1))
+        loss_delta, acc_delta = swap_matrices_on_ray(
+            prepared, client_ids, cache.heads, cache.encoders, cache.round_index, max_test_samples, workers
+        )
     similarity_lowrank = cosine_similarity(lowrank_descriptors(cache.heads, rank=scenario.algorithm.hdcfl.rank).vectors)
     similarity_raw = cosine_similarity(raw_descriptors(cache.heads).vectors)
     summary = summarise([analyse_run(loss_delta, acc_delta, similarity_lowrank, similarity_raw)])
