@@ -92,3 +92,18 @@ def average_within_clusters(models: Sequence[ModelParams], members: Sequence[Clu
 
 def empty_clusters(sizes: Sequence[int]) -> list[int]:
     return [cluster for cluster, size in enumerate(sizes) if size == 0]
+
+
+def train_cluster_model(ctx: Any, model: ModelParams, cluster: int) -> Upload:
+    """Client side of every full-model cluster method: train a copy of cluster model
+    `cluster` on the local data and upload it with the cluster's index."""
+    ctx.load(model)
+    stats = ctx.train()
+    return Upload(
+        client_id=ctx.client_id,
+        num_samples=stats.num_samples,
+        train_loss=stats.mean_loss,
+        steps=stats.steps,
+        models={UPLOADED_MODEL: ctx.snapshot()},
+        values={"cluster": cluster},
+    )

@@ -23,7 +23,6 @@ import numpy as np
 
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.cluster_models import (
-    UPLOADED_MODEL,
     average_within_clusters,
     cluster_object_names,
     cluster_objects,
@@ -32,6 +31,7 @@ from hdcfl_ray.algorithms.cluster_models import (
     empty_clusters,
     members_from_uploads,
     models_from_objects,
+    train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.config.schema import IFCAParams, Scenario
@@ -138,17 +138,7 @@ class IFCA(AlgorithmDefaults):
     def local_update(self, ctx: Any, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, IFCAClient]:
         models = models_from_objects(objects, self.clusters)
         chosen = self._assign(ctx, models)
-        ctx.load(models[chosen])
-        stats = ctx.train()
-        upload = Upload(
-            client_id=ctx.client_id,
-            num_samples=stats.num_samples,
-            train_loss=stats.mean_loss,
-            steps=stats.steps,
-            models={UPLOADED_MODEL: ctx.snapshot()},
-            values={"cluster": chosen},
-        )
-        return upload, IFCAClient(cluster=chosen)
+        return train_cluster_model(ctx, models[chosen], chosen), IFCAClient(cluster=chosen)
 
     def evaluate(self, ctx: Any, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         models = models_from_objects(objects, self.clusters)

@@ -26,13 +26,13 @@ import numpy as np
 
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.cluster_models import (
-    UPLOADED_MODEL,
     average_within_clusters,
     cluster_object_name,
     cluster_objects,
     cluster_sizes,
     copy_model,
     members_from_uploads,
+    train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.subspaces import (
@@ -149,17 +149,7 @@ class PACFL(AlgorithmDefaults):
 
     def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
         cluster = int(task.payload["cluster"])
-        ctx.load(objects[cluster_object_name(cluster)])
-        stats = ctx.train()
-        upload = Upload(
-            client_id=ctx.client_id,
-            num_samples=stats.num_samples,
-            train_loss=stats.mean_loss,
-            steps=stats.steps,
-            models={UPLOADED_MODEL: ctx.snapshot()},
-            values={"cluster": cluster},
-        )
-        return upload, None
+        return train_cluster_model(ctx, objects[cluster_object_name(cluster)], cluster), None
 
     def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         cluster = int(task.payload["cluster"])
