@@ -129,6 +129,7 @@ def sweep(
     overrides: Optional[List[str]] = SetOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Sweep folder: one run directory per setting/method/seed, and index.json."),
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Runs at once (default: one per two actor slots of the cluster)."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="When the sweep is done, write its report (Markdown tables) to this file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the sweep folder."),
 ) -> None:
     """Run a grid of scenarios x methods x seeds; completed runs are skipped, killed ones resumed."""
@@ -175,6 +176,16 @@ def sweep(
         f"{len(outcome.completed)} run(s) completed, {len(outcome.skipped)} already complete, {len(outcome.failed)} failed; "
         f"index: {plan.out / 'index.json'}; report: hdcfl-ray report {plan.out}"
     )
+    if report_file is not None:
+        from analysis.final_metrics import run_metrics
+        from analysis.report_tables import all_tables, to_markdown
+        from analysis.runs import load_runs
+
+        records = run_metrics(load_runs([plan.out]))
+        if records:
+            report_file.parent.mkdir(parents=True, exist_ok=True)
+            report_file.write_text(to_markdown(all_tables(records)))
+            console.print(f"report written to {report_file}")
     if quiet:
         print(plan.out)
     if outcome.failed:

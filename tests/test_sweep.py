@@ -52,3 +52,16 @@ def test_a_sweep_rerun_after_a_crash_completes_only_the_missing_runs(write_scena
     assert all((r.run_dir / "manifest.json").stat().st_mtime_ns == stamps[r.key] for r in runs[:2])
     index = json.loads((out / "index.json").read_text())["runs"]
     assert len(index) == 4 and {entry["status"] for entry in index} == {"completed"}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_sweep_command_writes_its_report(write_scenario, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    path = write_scenario(tiny_scenario(algorithm={"name": "fedavg_se"}, protocol={"rounds": 1}))
+    report = tmp_path / "docs" / "table.md"
+    result = CliRunner().invoke(app, ["sweep", str(path), "--seeds", "3", "--out", str(tmp_path / "sweep"), "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "| fedavg_se |" in report.read_text()
