@@ -106,26 +106,25 @@ class ClientContext:
         """Cross-entropy of every sample (eval mode, no grad): for loss-based cluster assignment."""
         self.load(params, head)
         inputs, labels = data if data is not None else self.train_data()
-        self.model.encoder.eval()
-        self.model.head.eval()
-        losses = []
-        for start in range(0, int(inputs.shape[0]), 512):
-            logits = self.model.head(self.model.encoder(inputs[start : start + 512]))
-            losses.append(nn.functional.cross_entropy(logits, labels[start : start + 512], reduction="none"))
-        return torch.cat(losses).cpu().numpy() if losses else np.zeros(0, dtype=np.float32)
+        if int(inputs.shape[0]) == 0:
+            return np.zeros(0, dtype=np.float32)
+        return nn.functional.cross_entropy(self._logits(inputs), labels, reduction="none").cpu().numpy()
 
     @torch.no_grad()
     def probabilities(self, params: ModelParams, data: TensorPair | None = None, head: np.ndarray | None = None) -> torch.Tensor:
         """Softmax outputs (eval mode) on the test set or `data`: for output-space ensembles."""
         self.load(params, head)
         inputs, _ = data if data is not None else self.test_data()
+        if int(inputs.shape[0]) == 0:
+            return torch.zeros(0)
+        return torch.softmax(self._logits(inputs), dim=1)
+
+    def _logits(self, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+        """Logits of the loaded model in eval mode, computed in batches (callers hold no_grad)."""
         self.model.encoder.eval()
         self.model.head.eval()
-        parts = [
-            torch.softmax(self.model.head(self.model.encoder(inputs[start : start + 512])), dim=1)
-            for start in range(0, int(inputs.shape[0]), 512)
-        ]
-        return torch.cat(parts) if parts else torch.zeros(0)
+        parts = [self.model.head(self.model.encoder(inputs[start : start + batch_size])) for start in range(0, int(inputs.shape[0]), batch_size)]
+        return torch.cat(parts)
 
 
 def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor) -> EvalStats:
