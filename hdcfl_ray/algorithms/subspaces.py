@@ -23,8 +23,6 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 BasisKind = Literal["per_class", "whole"]
 ProximityKind = Literal["principal", "elementwise"]
@@ -120,6 +118,9 @@ def agglomerative_clusters(proximity: np.ndarray, threshold_radians: float, link
     count = int(proximity.shape[0])
     if count <= 1:
         return np.zeros(count, dtype=np.int64)
+    from scipy.cluster.hierarchy import fcluster, linkage  # imported on use (slow to import)
+    from scipy.spatial.distance import squareform
+
     tree = linkage(squareform(proximity, checks=False), method=SCIPY_LINKAGE[linkage_name])
     raw = fcluster(tree, t=threshold_radians, criterion="distance")
     first_seen: dict[int, int] = {}

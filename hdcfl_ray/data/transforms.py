@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms import functional as tvf
 
 # (x / 255 - 0.5) / 0.5 folded into one multiply-add: every channel has mean 0.5, std 0.5.
 _SCALE = 2.0 / 255.0
@@ -38,6 +36,10 @@ def _rotate(batch: torch.Tensor, degrees: float) -> torch.Tensor:
         if quarter_turns % 4 == 0:
             return batch
         return torch.rot90(batch, quarter_turns % 4, dims=(2, 3))
+    # torchvision is imported only here: it adds a second to every actor's start.
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as tvf
+
     # Rotating raw pixel values makes the fill value 0 mean black, as it would for a photo.
     return tvf.rotate(batch, float(degrees), interpolation=InterpolationMode.BILINEAR, fill=0.0)
 

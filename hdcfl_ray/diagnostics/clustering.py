@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 
 def silhouette(descriptors: np.ndarray, labels: np.ndarray) -> float:
@@ -23,6 +22,8 @@ def silhouette(descriptors: np.ndarray, labels: np.ndarray) -> float:
     num_groups = np.unique(label_array).shape[0]
     if num_groups < 2 or num_groups >= points.shape[0] or points.shape[1] == 0:
         return float("nan")
+    from sklearn.metrics import silhouette_score  # imported on use (slow to import)
+
     return float(silhouette_score(points, label_array, metric="euclidean"))
 
 
@@ -33,6 +34,8 @@ def adjusted_rand(labels_a: np.ndarray, labels_b: np.ndarray) -> float:
         raise ValueError(f"labellings must be 1-D and equally long, got {first.shape} and {second.shape}")
     if first.shape[0] == 0:
         return float("nan")
+    from sklearn.metrics import adjusted_rand_score
+
     return float(adjusted_rand_score(first, second))
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,8 @@ def group_clients(descriptors: np.ndarray, groups: int, seed: int, n_init: int =
     if effective_groups == 1:
         labels = np.zeros(points.shape[0], dtype=np.int64)
         return Grouping(labels=labels, centroids=points.mean(axis=0, keepdims=True))
+
+    from sklearn.cluster import KMeans  # imported on use: sklearn adds a second to every actor's start
 
     kmeans = KMeans(n_clusters=effective_groups, init="k-means++", n_init=int(n_init), random_state=int(seed))
     raw_labels = kmeans.fit_predict(points)

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from hdcfl_ray.config.schema import ModelConfig
-from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
 from hdcfl_ray.models.pretrained import load_pretrained_encoder
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.models.small_cnn import SmallCNN
@@ -65,6 +64,9 @@ def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
     if config.encoder == "resnet18_cifar":
         return ResNet18Cifar(in_channels)
     if config.encoder == "mobilenet_v2":
+        # imported on use: torchvision adds a second to every actor's start
+        from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
+
         return MobileNetV2Cifar(in_channels)
     raise ValueError(f"unknown encoder {config.encoder!r}")
 

@@ -43,10 +43,14 @@ def start_hosts(
         num_classes=dataset.num_classes,
     )
     hosts = [spec.spawn(host_index) for host_index in range(num_hosts)]
-    # Surface construction errors (and wait for torch to load) before round 1.
-    ray.get([host.client_ids.remote() for host in hosts])
+    # Not awaited here: the server actor starts while the hosts load torch (see wait_until_ready).
     # The caller keeps `spec` (and so the data) alive for the whole run.
     return hosts, spec
+
+
+def wait_until_ready(hosts: list, server) -> None:
+    """Block until every actor is constructed, so construction errors surface before round 1."""
+    ray.get([host.client_ids.remote() for host in hosts] + [server.host_handles.remote()])
 
 
 def start_server(

@@ -139,7 +139,7 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
 
 
 def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, observer: RunObserver | None, resume: bool) -> RunSummary:
-    from hdcfl_ray.runtime.actors import start_hosts, start_server
+    from hdcfl_ray.runtime.actors import start_hosts, start_server, wait_until_ready
     from hdcfl_ray.runtime.server import build_server_settings
     from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
 
@@ -157,6 +157,7 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
         build_server_settings(scenario, prepared.partition), algorithm, hosts, client_hosts, initial, independent,
         host_spec, scenario.runtime.max_restarts,
     )
+    wait_until_ready(hosts, server)
     update_manifest(
         run_dir,
         num_client_hosts=num_hosts,

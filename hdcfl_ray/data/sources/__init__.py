@@ -20,8 +20,8 @@ __all__ = ["dataset_num_classes_hint", "load_dataset"]
 
 def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
     """Build the configured dataset, then keep at most max_train/test_samples of it (seeded)."""
-    dataset = _load_source(config, seed)
     train_seed, test_seed = np.random.SeedSequence(seed).spawn(2)
+    dataset = _load_source(config, seed, train_seed, test_seed)
     train_keep = _seeded_subset(dataset.train_labels.shape[0], config.max_train_samples, train_seed)
     test_keep = _seeded_subset(dataset.test_labels.shape[0], config.max_test_samples, test_seed)
     if train_keep is None and test_keep is None:
@@ -46,7 +46,9 @@ _PATH_EXPECTED = {
 }
 
 
-def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
+def _load_source(
+    config: DatasetConfig, seed: int, train_seed: np.random.SeedSequence, test_seed: np.random.SeedSequence
+) -> ImageDataset:
     if config.name == "digits":
         return load_digits_dataset(config.test_fraction, seed)
     if config.name == "cifar10":
@@ -62,8 +64,16 @@ def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
             f"dataset.path is required when dataset.name is {config.name}: set it to {_PATH_EXPECTED[config.name]}"
         )
     if config.name == "parquet_images":
+        # The subset is picked from the row counts before decoding: the same rows as
+        # decoding everything and subsetting afterwards, at a fraction of the time.
         return load_parquet_images(
-            config.path, config.image_column, config.label_column, config.train_file, config.test_file
+            config.path,
+            config.image_column,
+            config.label_column,
+            config.train_file,
+            config.test_file,
+            select_train=lambda rows: _seeded_subset(rows, config.max_train_samples, train_seed),
+            select_test=lambda rows: _seeded_subset(rows, config.max_test_samples, test_seed),
         )
     if config.name == "image_folder":
         return load_image_folder(config.path, config.test_fraction, seed)

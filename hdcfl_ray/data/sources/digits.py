@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_digits
 
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.holdout import stratified_holdout
@@ -13,6 +12,8 @@ _MAX_INTENSITY = 16.0  # load_digits pixels are counts of set pixels in a 4x4 bl
 
 def load_digits_dataset(test_fraction: float, seed: int) -> ImageDataset:
     """All 1,797 digits as (N, 8, 8, 1) uint8; a seeded stratified `test_fraction` is the test split."""
+    from sklearn.datasets import load_digits  # imported on use: sklearn is slow to import
+
     bunch = load_digits()
     images = np.rint(bunch.images * (255.0 / _MAX_INTENSITY)).astype(np.uint8)[..., np.newaxis]
     labels = bunch.target.astype(np.int64)

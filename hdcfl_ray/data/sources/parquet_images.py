@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,8 @@ from hdcfl_ray.errors import ScenarioError
 
 CLASSES_METADATA_KEY = b"classes"
 
+RowSelector = Callable[[int], "np.ndarray | None"]
+
 
 def load_parquet_images(
     path: str | Path,
@@ -22,22 +25,26 @@ def load_parquet_images(
     label_column: str = "label",
     train_file: str = "train.parquet",
     test_file: str = "test.parquet",
+    select_train: RowSelector | None = None,
+    select_test: RowSelector | None = None,
 ) -> ImageDataset:
     """Decode a train and a test table, found from a folder or from the train file itself.
 
     `path` is a folder holding `train_file` and `test_file`, or the train file, whose
     test table is the sibling named like it with "train" replaced by "test", else `test_file`.
     Class names come from the schema metadata key `classes` (a JSON list) when present.
+    `select_train(num_rows)` / `select_test(num_rows)` may return the row indices to keep
+    (None keeps all): only those rows are decoded, so a subset of a large table is cheap.
     """
     train_path, test_path = _locate_tables(Path(path), train_file, test_file)
-    train_images, train_labels, train_schema = _read_table(train_path, image_column, label_column)
-    test_images, test_labels, _ = _read_table(test_path, image_column, label_column)
+    train_images, train_labels, train_largest, train_schema = _read_table(train_path, image_column, label_column, select_train)
+    test_images, test_labels, test_largest, _ = _read_table(test_path, image_column, label_column, select_test)
     if train_images.shape[1:] != test_images.shape[1:]:
         raise ScenarioError(
             f"dataset.path: {train_path} holds images of shape {train_images.shape[1:]} but {test_path} "
             f"holds {test_images.shape[1:]}; both splits must share one image size and colour mode"
         )
-    largest_label = int(max(train_labels.max(), test_labels.max()))
+    largest_label = max(train_largest, test_largest)
     classes = _class_names(train_schema, train_path, largest_label)
     return ImageDataset(
         name=(train_path.parent.name or "parquet_images"),
@@ -83,7 +90,10 @@ def _schema(path: Path) -> pa.Schema:
         raise ScenarioError(f"dataset.path: {path} is not a readable Parquet file ({error})") from error
 
 
-def _read_table(path: Path, image_column: str, label_column: str) -> tuple[np.ndarray, np.ndarray, pa.Schema]:
+def _read_table(
+    path: Path, image_column: str, label_column: str, select: RowSelector | None
+) -> tuple[np.ndarray, np.ndarray, int, pa.Schema]:
+    """(images, labels, the largest label of the whole table, schema) of the selected rows."""
     schema = _schema(path)
     present = ", ".join(schema.names)
     for key, column in (("dataset.image_column", image_column), ("dataset.label_column", label_column)):
@@ -93,9 +103,16 @@ def _read_table(path: Path, image_column: str, label_column: str) -> tuple[np.nd
     if table.num_rows == 0:
         raise ScenarioError(f"dataset.path: {path} has no rows")
     labels = _labels(table.column(label_column), path, label_column)
+    # The class count comes from the whole table, so a small subset keeps every class index.
+    largest_label = int(labels.max())
+    keep = select(table.num_rows) if select is not None else None
+    rows = np.arange(table.num_rows) if keep is None else np.asarray(keep)
+    if keep is not None:
+        table = table.take(pa.array(rows))
+        labels = labels[rows]
     sources = _encoded_images(table.column(image_column), path, image_column)
-    images = decode_images(sources, lambda row: f"{path} row {row} ({image_column!r})")
-    return images, labels, schema
+    images = decode_images(sources, lambda index: f"{path} row {int(rows[index])} ({image_column!r})")
+    return images, labels, largest_label, schema
 
 
 def _labels(column: pa.ChunkedArray, path: Path, name: str) -> np.ndarray:
