@@ -16,12 +16,14 @@ import numpy as np
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
+from hdcfl_ray.hdcfl.encoder_store import CachePrecision, CacheStorage, DiskEncoderStore, resolve_storage
 
 
 @dataclass(frozen=True)
 class CachedClient:
-    """The server's latest copy of a client's upload (encoder array is a zero-copy
-    view of the object-store value that `encoder_ref` names)."""
+    """The server's latest copy of a client's upload. In memory storage the encoder
+    is a zero-copy view of the object-store value that `encoder_ref` names; in disk
+    storage it is the client's row of the memory-mapped cache and `encoder_ref` is None."""
 
     encoder: np.ndarray
     encoder_ref: Any
@@ -39,9 +41,26 @@ class SharedEncoderState:
 class FedAvgSE(AlgorithmDefaults):
     name = "fedavg_se"
 
+    def __init__(
+        self, cache: CacheStorage = "memory", cache_precision: CachePrecision = "float16", cache_dir: str | None = None
+    ) -> None:
+        self.cache_storage = cache
+        self.cache_precision = cache_precision
+        self.cache_dir = cache_dir
+        self._disk_store: DiskEncoderStore | None = None  # created on the server, never shipped
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The algorithm travels to every actor; the server's memory map stays with the server.
+        return {**self.__dict__, "_disk_store": None}
+
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> SharedEncoderState:
+        self._open_cache(num_clients, int(np.shape(initial.encoder)[0]))
         return SharedEncoderState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
+
+    def _open_cache(self, num_clients: int, encoder_length: int) -> None:
+        if resolve_storage(self.cache_storage, num_clients, encoder_length) == "disk":
+            self._disk_store = DiskEncoderStore(num_clients, encoder_length, self.cache_precision, self.cache_dir)
 
     def broadcast(self, state: SharedEncoderState, round_index: int) -> dict[str, Any]:
         return {"global": state.global_encoder}
@@ -69,9 +88,14 @@ class FedAvgSE(AlgorithmDefaults):
         return upload.models["encoder"]
 
     def async_record(self, state: SharedEncoderState, version: int, upload: Upload) -> None:
+        if self._disk_store is not None:
+            # The row copy lets Ray free the upload: the cache no longer pins K encoders in memory.
+            encoder, encoder_ref = self._disk_store.put(upload.client_id, upload.models["encoder"]), None
+        else:
+            encoder, encoder_ref = upload.models["encoder"], upload.models_ref
         state.cache[upload.client_id] = CachedClient(
-            encoder=upload.models["encoder"],
-            encoder_ref=upload.models_ref,
+            encoder=encoder,
+            encoder_ref=encoder_ref,
             head=upload.values["head"],
             num_samples=upload.num_samples,
             round_index=version,

@@ -45,6 +45,7 @@ class HDCFL(FedAvgSE):
     name = "hdcfl"
 
     def __init__(self, params: HDCFLParams, rounds: int, seed: int) -> None:
+        super().__init__(cache=params.cache, cache_precision=params.cache_precision, cache_dir=params.cache_dir)
         self.params = params
         self.rounds = rounds
         self.seed = seed
@@ -61,6 +62,7 @@ class HDCFL(FedAvgSE):
 
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> HDCFLState:
+        self._open_cache(num_clients, int(np.shape(initial.encoder)[0]))
         return HDCFLState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
 
     def aggregate(self, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
@@ -76,7 +78,8 @@ class HDCFL(FedAvgSE):
             return RoundNotes()
         client_ids = sorted(state.cache)
         heads = np.stack([state.cache[k].head for k in client_ids])
-        encoders = np.stack([state.cache[k].encoder for k in client_ids])
+        # A list, not a stack: rows are read one at a time, so a disk cache is never loaded whole.
+        encoders = [state.cache[k].encoder for k in client_ids]
         counts = np.asarray([state.cache[k].num_samples for k in client_ids], dtype=np.float64)
         # k-means is seeded by the run seed and the refresh index, so a run is reproducible.
         result = refresh_groups(heads, encoders, counts, self.params, seed=self.seed + self.refresh_index(round_index))

@@ -89,6 +89,11 @@ class HDCFLParams(Section):
     activation_round: int | None = Field(None, ge=1)
     refresh_every: int = Field(10, ge=1)
     kmeans_init: int = Field(10, ge=1)
+    # Where the server keeps the K cached encoders (hdcfl/encoder_store.py): memory, or a
+    # memory-mapped file (disk) for large K x encoder size; auto = disk above 4 GiB of cache.
+    cache: Literal["auto", "memory", "disk"] = "auto"
+    cache_precision: Literal["float32", "float16"] = "float16"  # disk storage only
+    cache_dir: str | None = None  # disk storage: folder for the (unlinked) file; null = system temp
 
 
 class FedBABUParams(Section):

@@ -7,12 +7,16 @@ state; integer buffers are not in them and stay the receiving module's own.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
 
 
-def group_prototypes(encoders: np.ndarray, sample_counts: np.ndarray, memberships: np.ndarray, soft: bool) -> np.ndarray:
+def group_prototypes(
+    encoders: np.ndarray | Sequence[np.ndarray], sample_counts: np.ndarray, memberships: np.ndarray, soft: bool
+) -> np.ndarray:
     """P_g for every group, as (G, D) float32.
 
     Hard: the sample-weighted average of the encoders of group g's members, a
@@ -23,11 +27,18 @@ def group_prototypes(encoders: np.ndarray, sample_counts: np.ndarray, membership
     to the sample-weighted average of all encoders: it has no encoder of its own,
     and the all-client average is what FedAvg would give a client of that group,
     where zeros or NaN would silently wreck its model.
+
+    `encoders` is a (K, D) array or a sequence of K vectors (rows of a disk cache):
+    rows are read one at a time, so the resident cost is one row plus one accumulator.
     """
-    stacked = np.asarray(encoders)
-    if stacked.ndim != 2 or stacked.shape[0] == 0:
-        raise ValueError(f"encoders must be a non-empty (clients, length) array, got shape {stacked.shape}")
-    num_clients = stacked.shape[0]
+    rows = encoders if isinstance(encoders, np.ndarray) else list(encoders)
+    num_clients = len(rows)
+    shapes = {np.shape(rows[index]) for index in range(num_clients)} if not isinstance(rows, np.ndarray) else {rows.shape[1:]}
+    if num_clients == 0 or len(shapes) != 1 or len(next(iter(shapes))) != 1:
+        raise ValueError(
+            f"encoders must be a non-empty (clients, length) array or equally long vectors, got shapes {sorted(shapes)[:3]}"
+        )
+    length = next(iter(shapes))[0]
     counts = np.asarray(sample_counts, dtype=np.float64)
     if counts.shape != (num_clients,) or np.any(counts < 0) or not np.all(np.isfinite(counts)):
         raise ValueError(f"sample_counts must be {num_clients} non-negative numbers, got {counts.tolist()}")
@@ -43,15 +54,15 @@ def group_prototypes(encoders: np.ndarray, sample_counts: np.ndarray, membership
         member_group = np.argmax(weights_of, axis=1)
         group_weights = (member_group[:, None] == np.arange(weights_of.shape[1])[None, :]) * counts[:, None]
 
-    prototypes = np.empty((weights_of.shape[1], stacked.shape[1]), dtype=np.float32)
+    prototypes = np.empty((weights_of.shape[1], length), dtype=np.float32)
     for group in range(weights_of.shape[1]):
         column = group_weights[:, group]
         if np.sum(column) > 0:
             # Only clients with weight enter the sum: same bits, less work on long encoders.
-            used = column > 0
-            prototypes[group] = weighted_average(stacked[used], column[used])
+            used = np.flatnonzero(column > 0)
+            prototypes[group] = weighted_average([rows[index] for index in used], column[used])
         else:
-            prototypes[group] = weighted_average(stacked, counts)
+            prototypes[group] = weighted_average(rows, counts)
     return prototypes
 
 

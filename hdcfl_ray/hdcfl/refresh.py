@@ -8,7 +8,7 @@ every array) and maps the rows back to client ids.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -44,12 +44,20 @@ class RefreshResult:
     silhouette: float  # NaN when undefined (G < 2 or G == K)
 
 
-def refresh_groups(heads: np.ndarray, encoders: np.ndarray, sample_counts: np.ndarray, params: RefreshParams, seed: int) -> RefreshResult:
-    """Group the K cached clients by their heads and build one encoder prototype per group."""
+def refresh_groups(
+    heads: np.ndarray, encoders: np.ndarray | Sequence[np.ndarray], sample_counts: np.ndarray, params: RefreshParams, seed: int
+) -> RefreshResult:
+    """Group the K cached clients by their heads and build one encoder prototype per group.
+
+    `encoders` may be a (K, De) array or K vectors (the rows of a disk cache, read
+    one at a time by `group_prototypes`)."""
     _check_params(params)
-    head_stack, encoder_stack = np.asarray(heads), np.asarray(encoders)
-    if head_stack.ndim != 2 or encoder_stack.ndim != 2 or head_stack.shape[0] != encoder_stack.shape[0]:
-        raise ValueError(f"heads {head_stack.shape} and encoders {encoder_stack.shape} must be (K, Dh) and (K, De)")
+    head_stack = np.asarray(heads)
+    encoder_stack = encoders if isinstance(encoders, np.ndarray) else list(encoders)
+    num_encoders = len(encoder_stack)
+    if head_stack.ndim != 2 or head_stack.shape[0] != num_encoders or (isinstance(encoder_stack, np.ndarray) and encoder_stack.ndim != 2):
+        shape = encoder_stack.shape if isinstance(encoder_stack, np.ndarray) else f"{num_encoders} vectors"
+        raise ValueError(f"heads {head_stack.shape} and encoders {shape} must be (K, Dh) and (K, De)")
 
     if params.descriptor == "lowrank":
         descriptors = lowrank_descriptors(head_stack, params.rank)
