@@ -36,9 +36,24 @@ def weighted_average(vectors: Sequence[np.ndarray] | np.ndarray, weights: Sequen
 
     shape = np.shape(vectors[0])
     accumulator = np.zeros(shape, dtype=np.float64)
+    flat_accumulator = accumulator.reshape(-1)
+    scratch = np.empty(min(_BLOCK, flat_accumulator.shape[0]), dtype=np.float64)
     for index in range(count):
         vector = np.asarray(vectors[index])
         if vector.shape != shape:
             raise ValueError(f"vector {index} has shape {vector.shape}, expected {shape} like vector 0")
-        accumulator += (weight_array[index] / total) * vector.astype(np.float64, copy=False)
+        scale = weight_array[index] / total
+        flat = vector.reshape(-1)
+        # acc += scale * float64(v), one cache-sized block at a time: the same operations on
+        # every element as the whole-vector expression (so the same bits), without
+        # allocating two temporaries as long as the vector for each client.
+        for start in range(0, flat.shape[0], _BLOCK):
+            block = flat[start : start + _BLOCK]
+            buffer = scratch[: block.shape[0]]
+            np.copyto(buffer, block, casting="safe")
+            np.multiply(buffer, scale, out=buffer)
+            np.add(flat_accumulator[start : start + _BLOCK], buffer, out=flat_accumulator[start : start + _BLOCK])
     return accumulator.astype(np.float32)
+
+
+_BLOCK = 1 << 16  # 64 Ki floats: 512 KiB of float64 scratch, fits in L2
