@@ -12,18 +12,24 @@ import time
 import uuid
 from typing import Any, Mapping
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams
 from hdcfl_ray.config.schema import Scenario
-from hdcfl_ray.data.partitions.client_data import ClientData
-from hdcfl_ray.data.transforms import rotate_uint8, to_float_batch
-from hdcfl_ray.models import FlatIndex, SplitModel, build_split_model
-from hdcfl_ray.runtime.client_context import ClientContext
-from hdcfl_ray.runtime.local_training import client_generator
 from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
-from hdcfl_ray.runtime.tensor_cache import TensorCache
+
+if TYPE_CHECKING:
+    import torch
+
+    from hdcfl_ray.data.partitions.client_data import ClientData
+    from hdcfl_ray.models import SplitModel
+    from hdcfl_ray.runtime.client_context import ClientContext
+
+# torch and everything built on it are imported inside the methods: Ray imports this
+# module in every process that holds a host's actor handle (the server actor too),
+# and the server must not pay torch's start-up time and memory for that.
 
 
 def _resolve(value: Any) -> Any:
@@ -66,6 +72,11 @@ class ClientHost:
         num_classes: int,
         cache_bytes: int = 1 << 30,
     ) -> None:
+        import torch
+
+        from hdcfl_ray.models import FlatIndex, build_split_model
+        from hdcfl_ray.runtime.tensor_cache import TensorCache
+
         torch.set_num_threads(max(1, int(scenario.runtime.num_cpus_per_actor)))
         self.scenario = scenario
         self.algorithm = algorithm
@@ -114,6 +125,10 @@ class ClientHost:
 
     # ---- data ----
     def _split_tensors(self, client: ClientData, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        from hdcfl_ray.data.transforms import to_float_batch
+
         def build() -> tuple[torch.Tensor, torch.Tensor]:
             if split == "train":
                 indices, images, labels = client.train_indices, self.train_images, self.train_labels
@@ -126,6 +141,10 @@ class ClientHost:
         return self.tensors.get((client.client_id, split), build)
 
     def context(self, client_id: int, round_index: int) -> ClientContext:
+        from hdcfl_ray.data.transforms import rotate_uint8
+        from hdcfl_ray.runtime.client_context import ClientContext
+        from hdcfl_ray.runtime.local_training import client_generator
+
         client = self.clients[client_id]
         return ClientContext(
             client_id=client_id,

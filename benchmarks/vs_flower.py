@@ -1,0 +1,275 @@
+"""The same FedAvg workload on Flower's Ray simulation and on hdcfl-ray, side by side.
+
+    python benchmarks/vs_flower.py [--workload overhead|compute|both] [--flower-venv .venv-flower]
+                                   [--out docs/benchmarks.md] [--quick] [--cifar PATH]
+
+Both simulators get identical client data: the workload is built once with
+hdcfl-ray's own dataset and partition code and exported per client to an .npz
+that benchmarks/flower_app.py reads. Each run is a fresh process measured from
+launch to exit (Ray start-up included) with the peak PSS summed over its whole
+process tree (driver, Ray daemons, workers).
+
+Workloads:
+  overhead  100 clients on digits, 10 rounds: tiny models and data, so the time is the
+            simulator's own cost (scheduling, serialisation, start-up).
+  compute   20 clients on 10,000 CIFAR-10 images, 3 rounds: training dominates.
+
+Flower runs in its own venv (flwr[simulation] + torch), created on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Measured, append_markdown, machine_description, print_table, run_measured  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FLOWER_APP = REPO_ROOT / "benchmarks" / "flower_app.py"
+TIME_TARGET = 0.25  # hdcfl-ray wall time / Flower wall time
+MEMORY_TARGET = 0.5  # hdcfl-ray peak memory / Flower peak memory
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    num_clients: int
+    rounds: int
+    dataset: dict[str, Any]
+    local_epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    width: int = 16
+    feature_dim: int = 64
+    seed: int = 42
+
+
+def workloads(names: list[str], quick: bool, cifar: Path | None) -> list[Workload]:
+    chosen: list[Workload] = []
+    if "overhead" in names:
+        chosen.append(
+            Workload("overhead", num_clients=10 if quick else 100, rounds=2 if quick else 10,
+                     dataset={"name": "digits", "test_fraction": 0.2})
+        )
+    if "compute" in names:
+        if cifar is None:
+            print("skipping the compute workload: no CIFAR-10 Parquet folder (pass --cifar PATH or set HDCFL_CIFAR10)")
+        else:
+            chosen.append(
+                Workload("compute", num_clients=10 if quick else 20, rounds=2 if quick else 3,
+                         dataset={"name": "parquet_images", "path": str(cifar),
+                                  "max_train_samples": 1000 if quick else 10_000,
+                                  "max_test_samples": 200 if quick else 2_000})
+            )
+    return chosen
+
+
+def find_cifar(explicit: str | None) -> Path | None:
+    candidate = Path(explicit or os.environ.get("HDCFL_CIFAR10") or REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg")
+    return candidate.resolve() if (candidate / "train.parquet").is_file() else None
+
+
+def scenario_dict(workload: Workload, output_dir: Path) -> dict[str, Any]:
+    return {
+        "name": f"vs-flower-{workload.name}",
+        "seed": workload.seed,
+        "dataset": workload.dataset,
+        "partition": {"kind": "iid", "num_clients": workload.num_clients},
+        "model": {"encoder": "small_cnn", "width": workload.width, "feature_dim": workload.feature_dim},
+        "algorithm": {"name": "fedavg"},
+        "protocol": {
+            "rounds": workload.rounds,
+            "participation": 1.0,  # every client trains and is evaluated every round, as in Flower
+            "local_epochs": workload.local_epochs,
+            "batch_size": workload.batch_size,
+            "optimizer": {"name": "sgd", "lr": workload.lr, "momentum": workload.momentum, "weight_decay": workload.weight_decay},
+            "eval_every": 1,
+        },
+        # Flower writes no checkpoints; neither should the run it is compared with.
+        "checkpoint": {"every": None},
+        "output": {"dir": str(output_dir)},
+    }
+
+
+def export_workload(scenario_path: Path, npz_path: Path) -> None:
+    """Build the dataset and partition with hdcfl-ray's code and write each client's
+    arrays, so Flower sees exactly the clients hdcfl-ray will simulate."""
+    from hdcfl_ray.config.loading import load_scenario
+    from hdcfl_ray.runtime.simulation import prepare_run
+
+    prepared = prepare_run(load_scenario(scenario_path))
+    dataset = prepared.dataset
+    arrays: dict[str, np.ndarray] = {
+        "num_clients": np.array(len(prepared.partition.clients)),
+        "num_classes": np.array(dataset.num_classes),
+    }
+    for client in prepared.partition.clients:
+        # flower_app does not rotate images; an iid partition never asks it to.
+        assert client.rotation_degrees == 0.0, "rotated partitions are not exported"
+        i = client.client_id
+        arrays[f"train_images_{i}"] = dataset.train_images[client.train_indices]
+        arrays[f"train_labels_{i}"] = dataset.train_labels[client.train_indices].astype(np.int64)
+        arrays[f"test_images_{i}"] = dataset.test_images[client.test_indices]
+        arrays[f"test_labels_{i}"] = dataset.test_labels[client.test_indices].astype(np.int64)
+    np.savez(npz_path, **arrays)  # uncompressed: Flower's load time should not be decompression
+
+
+def clean_env() -> dict[str, str]:
+    """Both runs start their own local Ray; a RAY_ADDRESS or PYTHONPATH from the caller's
+    shell would attach to another cluster or mix the two venvs' packages."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["FLWR_TELEMETRY_ENABLED"] = "0"
+    return env
+
+
+def run_flower(workload: Workload, flower_python: Path, npz_path: Path) -> tuple[Measured, float | None]:
+    cmd = [
+        str(flower_python), str(FLOWER_APP),
+        "--workload", str(npz_path),
+        "--rounds", str(workload.rounds),
+        "--local-epochs", str(workload.local_epochs),
+        "--batch-size", str(workload.batch_size),
+        "--lr", str(workload.lr),
+        "--momentum", str(workload.momentum),
+        "--weight-decay", str(workload.weight_decay),
+        "--width", str(workload.width),
+        "--feature-dim", str(workload.feature_dim),
+        "--seed", str(workload.seed),
+        "--num-cpus-per-client", "1",
+    ]
+    measured = run_measured(cmd, env=clean_env(), cwd=REPO_ROOT)
+    accuracy = None
+    for line in measured.stdout.splitlines():
+        if line.startswith("FLOWER_RESULT "):
+            accuracy = json.loads(line.removeprefix("FLOWER_RESULT "))["final_mean_accuracy"]
+    return measured, accuracy
+
+
+def run_hdcfl(scenario_path: Path, output_dir: Path) -> tuple[Measured, float | None]:
+    # The console script of the venv running this file: the project's venv.
+    executable = Path(sys.executable).parent / "hdcfl-ray"
+    cmd = [str(executable), "simulate", str(scenario_path), "--quiet", "--set", f"output.dir={output_dir}"]
+    measured = run_measured(cmd, env=clean_env(), cwd=REPO_ROOT)
+    run_dirs = [p for p in output_dir.iterdir() if p.is_dir()] if output_dir.is_dir() else []
+    accuracy = final_accuracy(run_dirs[0]) if measured.returncode == 0 and len(run_dirs) == 1 else None
+    return measured, accuracy
+
+
+def final_accuracy(run_dir: Path) -> float | None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(run_dir / "rounds.parquet", columns=["round", "mean_accuracy"]).to_pylist()
+    return max(table, key=lambda row: row["round"])["mean_accuracy"] if table else None
+
+
+def ensure_flower_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating the Flower venv at {venv} (flwr[simulation] + torch; takes minutes) ...", flush=True)
+        subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "flwr[simulation]", "torch==2.14.1"], check=True)
+    return python
+
+
+def flower_versions(flower_python: Path) -> str:
+    """Package versions inside the Flower venv (its Ray differs from the project's)."""
+    code = "import importlib.metadata as m; print(', '.join(p + ' ' + m.version(p) for p in ('flwr', 'ray', 'torch')))"
+    result = subprocess.run([str(flower_python), "-c", code], capture_output=True, text=True, env=clean_env())
+    return result.stdout.strip() or "unknown"
+
+
+def report_failure(label: str, measured: Measured) -> None:
+    print(f"  {label} failed (exit {measured.returncode}); last lines of its output:", file=sys.stderr)
+    for line in (measured.stdout + measured.stderr).strip().splitlines()[-25:]:
+        print(f"    {line}", file=sys.stderr)
+
+
+def compare(workload: Workload, flower_python: Path) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix=f"vs-flower-{workload.name}-") as tmp:
+        tmp_path = Path(tmp)
+        output_dir = tmp_path / "runs"
+        scenario_path = tmp_path / "scenario.yaml"
+        scenario_path.write_text(yaml.safe_dump(scenario_dict(workload, output_dir), sort_keys=False))
+        npz_path = tmp_path / "workload.npz"
+        print(f"[{workload.name}] exporting {workload.num_clients} clients ...", flush=True)
+        export_workload(scenario_path, npz_path)
+
+        # Flower first, then hdcfl-ray: the second run finds the OS page cache warm for
+        # torch's libraries, which favours hdcfl-ray slightly; the venvs differ, so
+        # most files are not shared anyway.
+        results: dict[str, tuple[Measured, float | None]] = {}
+        for label, runner in (("flower", lambda: run_flower(workload, flower_python, npz_path)),
+                              ("hdcfl-ray", lambda: run_hdcfl(scenario_path, output_dir))):
+            print(f"[{workload.name}] running {label} ...", flush=True)
+            measured, accuracy = runner()
+            if measured.returncode != 0:
+                report_failure(label, measured)
+            results[label] = (measured, accuracy)
+            print(f"[{workload.name}] {label}: {measured.wall_s:.1f} s, {measured.peak_memory_bytes / GB:.2f} GB", flush=True)
+
+    flower, hdcfl = results["flower"][0], results["hdcfl-ray"][0]
+    both_ok = flower.returncode == 0 and hdcfl.returncode == 0
+    time_ratio = hdcfl.wall_s / flower.wall_s if both_ok else None
+    memory_ratio = hdcfl.peak_memory_bytes / flower.peak_memory_bytes if both_ok and flower.peak_memory_bytes else None
+    rows = []
+    for label, (measured, accuracy) in results.items():
+        is_hdcfl = label == "hdcfl-ray"
+        rows.append({
+            "workload": f"{workload.name} ({workload.num_clients} clients x {workload.rounds} rounds)",
+            "simulator": label if measured.returncode == 0 else f"{label} (FAILED)",
+            "wall s": measured.wall_s,
+            "peak mem GB": measured.peak_memory_bytes / GB,
+            "final acc": accuracy,
+            "time ratio": time_ratio if is_hdcfl else None,
+            "mem ratio": memory_ratio if is_hdcfl else None,
+            f"time<={TIME_TARGET}": (time_ratio <= TIME_TARGET) if is_hdcfl and time_ratio is not None else None,
+            f"mem<={MEMORY_TARGET}": (memory_ratio <= MEMORY_TARGET) if is_hdcfl and memory_ratio is not None else None,
+        })
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=("overhead", "compute", "both"), default="both")
+    parser.add_argument("--flower-venv", default=".venv-flower", help="relative to the repository root")
+    parser.add_argument("--out", help="markdown file to append the results to, e.g. docs/benchmarks.md")
+    parser.add_argument("--quick", action="store_true", help="small versions of the workloads, for testing")
+    parser.add_argument("--cifar", help="CIFAR-10 Parquet folder (default: $HDCFL_CIFAR10 or ../shared/data/cifar10-jpeg)")
+    args = parser.parse_args()
+
+    names = ["overhead", "compute"] if args.workload == "both" else [args.workload]
+    chosen = workloads(names, args.quick, find_cifar(args.cifar))
+    if not chosen:
+        return 1
+    flower_python = ensure_flower_venv(REPO_ROOT / args.flower_venv)
+    rows = [row for workload in chosen for row in compare(workload, flower_python)]
+    machine = {**machine_description(), "flower venv": flower_versions(flower_python)}
+    print()
+    print_table(rows)
+    print(f"\nratios are hdcfl-ray / Flower; targets: time <= {TIME_TARGET}, memory <= {MEMORY_TARGET}")
+    if args.out:
+        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+        title = "hdcfl-ray vs Flower, FedAvg" + (" (quick)" if args.quick else "")
+        append_markdown(args.out, title, command, machine, rows)
+        print(f"appended to {args.out}")
+    failed = any("FAILED" in str(row["simulator"]) for row in rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
