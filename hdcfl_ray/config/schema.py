@@ -269,6 +269,10 @@ class ProtocolConfig(Section):
 
 
 class RuntimeConfig(Section):
+    # ray = client host actors and a server actor; local = everything in this process
+    # (no Ray start-up, one process); auto = local on a machine of <= 4 CPUs with no
+    # cluster, GPU shares or clients_per_actor asked for, else ray (runtime/backends.py)
+    backend: Literal["auto", "ray", "local"] = "auto"
     # null = start a local Ray instance; "auto" or "ray://host:port" = join a cluster
     address: str | None = None
     # "auto" packs clients onto as many host actors as the CPUs allow

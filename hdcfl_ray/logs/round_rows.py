@@ -92,6 +92,7 @@ class RoundRowBuilder:
             "mean_train_loss": float(np.mean(losses)) if losses else ABSENT,
             "personalized": any(row["reference"] == "personalized" for row in client_rows),
             "wall_time_s": wall_time_s,
+            "aggregate_s": report.aggregate_seconds,
             "elapsed_s": elapsed_s,
         }
         if client_rows:

@@ -50,6 +50,7 @@ ROUNDS_SCHEMA = pa.schema(
         ("ari_true", pa.float64()),
         ("virtual_time", pa.float64()),
         ("wall_time_s", pa.float64()),
+        ("aggregate_s", pa.float64()),
         ("elapsed_s", pa.float64()),
     ]
 )

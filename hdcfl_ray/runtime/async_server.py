@@ -143,9 +143,12 @@ class AsyncFederatedServer(FederatedServer):
             self._fill()
         notes_events: list[str] = []
         refresh = None
+        aggregate_seconds = 0.0
         if applied:
             self.version += 1
+            refresh_started = time.perf_counter()
             notes = self.algorithm.async_after_apply(self.state, self.version)
+            aggregate_seconds = time.perf_counter() - refresh_started
             notes_events = list(notes.events)
             refresh = notes.refresh
         final = round_index == self.rounds
@@ -162,6 +165,7 @@ class AsyncFederatedServer(FederatedServer):
             events=events + notes_events,
             timings=timings,
             virtual_time=self.virtual_time,
+            aggregate_seconds=aggregate_seconds,
         )
 
     def _flush_buffer(self, config: Any) -> None:

@@ -120,6 +120,15 @@ class ClientHost:
         except Exception:  # not inside an actor
             return None
 
+    def node_id(self) -> str | None:
+        """The Ray node this host runs on (None outside Ray): placement shows in the manifest."""
+        try:
+            import ray
+
+            return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        except Exception:
+            return None
+
     def client_ids(self) -> list[int]:
         return sorted(self.clients)
 

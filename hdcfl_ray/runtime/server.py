@@ -71,6 +71,7 @@ class RoundReport:
     events: list[str] = field(default_factory=list)
     timings: list[UpdateTiming] = field(default_factory=list)
     virtual_time: float = 0.0  # virtual clock at the end of the round
+    aggregate_seconds: float = 0.0  # server-side aggregation, an HDC-FL refresh included
 
 
 class FederatedServer:
@@ -94,8 +95,13 @@ class FederatedServer:
         self.rounds = settings.rounds
         self.seed = settings.seed
         self.state = algorithm.init_server(initial, independent, settings.num_clients)
+        self._encoder_size = int(initial.encoder.shape[0])
         self.virtual_time = 0.0
         self.pool = HostPool(hosts, client_hosts, self.transport, spawner=host_spawner, max_replacements=max_replacements)
+
+    def encoder_size(self) -> int:
+        """Floats in the encoder vector (for the manifest)."""
+        return self._encoder_size
 
     def host_handles(self) -> list:
         """The hosts now serving (replacements included), e.g. to shut them down."""
@@ -199,7 +205,9 @@ class FederatedServer:
                     models_ref=models_refs[client_id],
                 )
             )
+        aggregate_started = time.perf_counter()
         notes = self.algorithm.aggregate(self.state, round_index, uploads)
+        aggregate_seconds = time.perf_counter() - aggregate_started
         events += notes.events
         self.virtual_time = round_start + plan.round_duration
         timings = [
@@ -227,6 +235,7 @@ class FederatedServer:
             events=events,
             timings=timings,
             virtual_time=self.virtual_time,
+            aggregate_seconds=aggregate_seconds,
         )
 
     def _evaluate(self, round_index: int, final: bool) -> list[EvalReport]:

@@ -7,11 +7,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
-import ray
-
 from hdcfl_ray.algorithms.base import supports_async
 from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
@@ -26,7 +24,7 @@ from hdcfl_ray.logs.round_rows import RoundRowBuilder
 from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
-from hdcfl_ray.runtime.placement import assign_clients, count_hosts
+from hdcfl_ray.runtime.backends import LocalBackend, RayBackend, choose_backend
 from hdcfl_ray.runtime.ray_session import RaySession
 
 
@@ -117,102 +115,97 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     if not resume:
         claim_run_dir(run_dir)
         (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario))
-    with RaySession(scenario.runtime) as session:
-        if resume:
-            update_manifest(run_dir, status="running", resumed_at=datetime.now().isoformat(timespec="seconds"))
-        else:
-            write_manifest(
-                run_dir,
-                seed=scenario.seed,
-                scenario_name=scenario.name,
-                extra={"status": "running", "ray": session.describe(), "dataset": _dataset_facts(prepared)},
-            )
-        try:
-            summary = _run_rounds(prepared, run_dir, session, observer, resume)
-        except BaseException as exc:
-            update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
-            raise
+    if choose_backend(scenario.runtime) == "local":
+        summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, resume)
+    else:
+        with RaySession(scenario.runtime) as session:
+            summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, resume)
     update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     if observer is not None:
         observer.on_finish(summary)
     return summary
 
 
-def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, observer: RunObserver | None, resume: bool) -> RunSummary:
-    from hdcfl_ray.runtime.actors import start_hosts, start_server, wait_until_ready
-    from hdcfl_ray.runtime.server import build_server_settings
-    from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-
-    scenario = prepared.scenario
+def _run_with(
+    start_backend: Callable[[], LocalBackend | RayBackend], prepared: PreparedRun, run_dir: Path, observer: RunObserver | None, resume: bool
+) -> RunSummary:
     started = time.perf_counter()
-    num_clients = prepared.partition.num_clients
-    num_hosts = count_hosts(scenario.runtime, num_clients, session.cpus, session.gpus)
-    session.check_capacity(num_hosts)
-    client_hosts = assign_clients(num_clients, num_hosts)
-    algorithm = build_algorithm(scenario)
-    initial = initial_parameters(scenario, prepared.dataset)
-    independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
-    hosts, host_spec = start_hosts(prepared, client_hosts, num_hosts, algorithm, initial)
-    server = start_server(
-        build_server_settings(scenario, prepared.partition), algorithm, hosts, client_hosts, initial, independent,
-        host_spec, scenario.runtime.max_restarts,
-    )
-    wait_until_ready(hosts, server)
+    if resume:
+        update_manifest(run_dir, status="running", resumed_at=datetime.now().isoformat(timespec="seconds"))
+    else:
+        write_manifest(
+            run_dir,
+            seed=prepared.scenario.seed,
+            scenario_name=prepared.scenario.name,
+            extra={"status": "running", "dataset": _dataset_facts(prepared)},
+        )
+    try:
+        backend = start_backend()
+        try:
+            return _run_rounds(prepared, run_dir, backend, observer, resume, started)
+        finally:
+            backend.close()
+    except BaseException as exc:
+        update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _run_rounds(
+    prepared: PreparedRun, run_dir: Path, backend: LocalBackend | RayBackend, observer: RunObserver | None, resume: bool, started: float
+) -> RunSummary:
+    scenario = prepared.scenario
     update_manifest(
         run_dir,
-        num_client_hosts=num_hosts,
-        client_host_actors=[ray.get(host.actor_name.remote()) for host in hosts],
-        encoder_parameters=int(initial.encoder.shape[0]),
+        runtime=backend.describe(),
+        num_client_hosts=backend.num_hosts,
+        client_host_actors=backend.host_names(),
+        client_host_nodes=backend.host_nodes(),
+        encoder_parameters=int(backend.call("encoder_size")),
     )
     if observer is not None:
-        observer.on_start(scenario, run_dir, num_hosts)
+        observer.on_start(scenario, run_dir, backend.num_hosts)
 
     writer = TableWriter(run_dir)
-    rows = RoundRowBuilder(client_hosts=client_hosts, true_groups=prepared.partition.true_groups())
+    rows = RoundRowBuilder(client_hosts=backend.client_hosts, true_groups=prepared.partition.true_groups())
     round_row: dict[str, Any] = {}
     refresh_row: dict[str, Any] | None = None
     last_refresh: dict[str, Any] | None = None
     first_round = 1
     if resume:
-        first_round, started = _resume_from_checkpoint(run_dir, server, rows, started)
+        first_round, started = _resume_from_checkpoint(run_dir, backend, rows, started)
         if observer is not None and hasattr(observer, "skip_rounds"):
             observer.skip_rounds(first_round - 1)
     every = scenario.checkpoint.every
-    try:
-        for round_index in range(first_round, scenario.protocol.rounds + 1):
-            round_started = time.perf_counter()
-            report = ray.get(server.run_round.remote(round_index))
-            client_rows = rows.client_rows(report)
-            refresh_row = rows.refresh_row(report, client_rows)
-            round_row = rows.round_row(
-                report, client_rows, wall_time_s=time.perf_counter() - round_started, elapsed_s=time.perf_counter() - started
+    for round_index in range(first_round, scenario.protocol.rounds + 1):
+        round_started = time.perf_counter()
+        report = backend.call("run_round", round_index)
+        client_rows = rows.client_rows(report)
+        refresh_row = rows.refresh_row(report, client_rows)
+        round_row = rows.round_row(
+            report, client_rows, wall_time_s=time.perf_counter() - round_started, elapsed_s=time.perf_counter() - started
+        )
+        writer.write_part("clients", round_index, client_rows)
+        writer.write_part("updates", round_index, rows.update_rows(report))
+        writer.write_part("events", round_index, rows.event_rows(report))
+        if refresh_row is not None:
+            writer.write_part("refresh", round_index, [refresh_row])
+            last_refresh = refresh_row
+            if scenario.output.save_refresh_cache:
+                save_refresh_cache(run_dir, round_index, backend.call("refresh_cache"))
+        writer.write_part("rounds", round_index, [round_row])
+        if every is not None and round_index % every == 0 and round_index < scenario.protocol.rounds:
+            write_checkpoint(
+                run_dir,
+                {
+                    "round": round_index,
+                    "server": backend.call("snapshot"),
+                    "rows": rows.progress(),
+                    "elapsed_s": time.perf_counter() - started,
+                },
+                fetch=backend.fetch,
             )
-            writer.write_part("clients", round_index, client_rows)
-            writer.write_part("updates", round_index, rows.update_rows(report))
-            writer.write_part("events", round_index, rows.event_rows(report))
-            if refresh_row is not None:
-                writer.write_part("refresh", round_index, [refresh_row])
-                last_refresh = refresh_row
-                if scenario.output.save_refresh_cache:
-                    save_refresh_cache(run_dir, round_index, ray.get(server.refresh_cache.remote()))
-            writer.write_part("rounds", round_index, [round_row])
-            if every is not None and round_index % every == 0 and round_index < scenario.protocol.rounds:
-                write_checkpoint(
-                    run_dir,
-                    {
-                        "round": round_index,
-                        "server": ray.get(server.snapshot.remote()),
-                        "rows": rows.progress(),
-                        "elapsed_s": time.perf_counter() - started,
-                    },
-                    fetch=ray.get,
-                )
-            if observer is not None:
-                observer.on_round(round_row, refresh_row, list(report.events))
-    finally:
-        for actor in [server, *ray.get(server.host_handles.remote()), *hosts]:
-            ray.kill(actor)
-        del host_spec
+        if observer is not None:
+            observer.on_round(round_row, refresh_row, list(report.events))
     return RunSummary(
         run_dir=run_dir,
         rounds=scenario.protocol.rounds,
@@ -222,13 +215,13 @@ def _run_rounds(prepared: PreparedRun, run_dir: Path, session: RaySession, obser
     )
 
 
-def _resume_from_checkpoint(run_dir: Path, server: Any, rows: RoundRowBuilder, started: float) -> tuple[int, float]:
+def _resume_from_checkpoint(run_dir: Path, backend: LocalBackend | RayBackend, rows: RoundRowBuilder, started: float) -> tuple[int, float]:
     """Restore the server and the row builder; returns (first round to run, clock start)."""
-    checkpoint = read_checkpoint(run_dir, put=ray.put)
+    checkpoint = read_checkpoint(run_dir, put=backend.put)
     if checkpoint is None:  # killed before the first checkpoint: start over, keeping nothing
         drop_parts_after(run_dir, 0)
         return 1, started
-    ray.get(server.restore.remote(checkpoint["server"]))
+    backend.call("restore", checkpoint["server"])
     rows.restore(checkpoint["rows"])
     drop_parts_after(run_dir, checkpoint["round"])
     return checkpoint["round"] + 1, started - checkpoint["elapsed_s"]

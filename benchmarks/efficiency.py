@@ -1,0 +1,146 @@
+"""Efficiency against the limit: local-training throughput of a FedAvg-SE simulation
+divided by that of a plain single-process PyTorch loop.
+
+Both train the same small CNN (width 16, 64 features, a linear head) with the
+same batch size on the same CIFAR-10 images (the first N of
+../shared/data/cifar10-jpeg after the loader's seeded subset), for the same
+number of samples: 20 clients x (N / 20) images x 1 local epoch x R rounds. The
+plain loop uses every core through torch's threads and does nothing else. The
+simulation is timed from the start of round 1 to the end of the last round
+(server aggregation, client evaluation at the last round and logging included;
+Ray's and the process's start-up excluded, reported beside it).
+
+    python benchmarks/efficiency.py
+    python benchmarks/efficiency.py --backend ray --out docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import append_markdown, machine_description, print_table  # noqa: E402
+
+CLIENTS = 20
+
+
+def cifar_path(explicit: str | None) -> Path:
+    candidates = [explicit, os.environ.get("HDCFL_CIFAR10"), str(REPO.parent / "shared" / "data" / "cifar10-jpeg")]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    raise SystemExit("CIFAR-10 Parquet folder not found: pass --cifar PATH or set HDCFL_CIFAR10")
+
+
+def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backend: str, out_dir: Path):
+    from hdcfl_ray.config.loading import build_scenario as build
+
+    return build(
+        {
+            "name": "efficiency",
+            "seed": 42,
+            "dataset": {"name": "parquet_images", "path": str(path), "max_train_samples": images, "max_test_samples": 2000},
+            "partition": {"kind": "iid", "num_clients": CLIENTS},
+            "model": {"encoder": "small_cnn", "width": 16, "feature_dim": 64},
+            "algorithm": {"name": "fedavg_se"},
+            # evaluated once, after the last round: the figure is about training throughput
+            "protocol": {"rounds": rounds, "local_epochs": 1, "batch_size": batch_size, "eval_every": rounds,
+                         "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5.0e-4}},
+            "runtime": {"backend": backend},
+            "checkpoint": {"every": None},
+            "output": {"dir": str(out_dir)},
+        }
+    )
+
+
+def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
+    """Samples per second of one process training the same model on the same images."""
+    import torch
+
+    from hdcfl_ray.data.transforms import to_float_batch
+    from hdcfl_ray.models import build_split_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    dataset = prepared.dataset
+    model = build_split_model(prepared.scenario.model, in_channels=3, num_classes=dataset.num_classes, seed=0)
+    inputs = to_float_batch(dataset.train_images)
+    labels = torch.as_tensor(dataset.train_labels, dtype=torch.long)
+    parameters = [*model.encoder.parameters(), *model.head.parameters()]
+    optimizer = torch.optim.SGD(parameters, lr=0.05, momentum=0.9, weight_decay=5.0e-4)
+    generator = torch.Generator().manual_seed(0)
+    samples = 0
+    started = time.perf_counter()
+    for _ in range(rounds):
+        order = torch.randperm(inputs.shape[0], generator=generator)
+        for start in range(0, inputs.shape[0], batch_size):
+            batch = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model.head(model.encoder(inputs[batch])), labels[batch])
+            loss.backward()
+            optimizer.step()
+            samples += int(batch.shape[0])
+    return samples / (time.perf_counter() - started), samples
+
+
+def simulation(prepared, out_dir: Path) -> dict:
+    import pandas as pd
+
+    from hdcfl_ray.runtime.simulation import run_simulation
+
+    started = time.perf_counter()
+    summary = run_simulation(prepared, out_dir / "run")
+    total = time.perf_counter() - started
+    rounds = pd.read_parquet(summary.run_dir / "rounds.parquet")
+    updates = pd.read_parquet(summary.run_dir / "updates.parquet")
+    trained = int(updates["num_samples"].sum())
+    round_seconds = float(rounds["wall_time_s"].sum())
+    return {"samples": trained, "rounds_s": round_seconds, "total_s": total, "final_mean_acc": float(rounds["mean_accuracy"].iloc[-1])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=10_000, help="CIFAR-10 training images (split over 20 clients)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--backend", choices=["auto", "ray", "local"], default="auto")
+    parser.add_argument("--cifar", default=None)
+    parser.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
+    args = parser.parse_args()
+
+    from hdcfl_ray.runtime.simulation import prepare_run
+
+    with tempfile.TemporaryDirectory(prefix="hdcfl-efficiency-") as work:
+        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work)))
+        plain_sps, plain_samples = plain_loop(prepared, args.rounds, args.batch_size)
+        result = simulation(prepared, Path(work))
+    assert result["samples"] == plain_samples, (result["samples"], plain_samples)
+    simulated_sps = result["samples"] / result["rounds_s"]
+    rows = [
+        {
+            "backend": args.backend,
+            "samples": plain_samples,
+            "plain_loop_samples_per_s": plain_sps,
+            "simulation_samples_per_s": simulated_sps,
+            "efficiency": simulated_sps / plain_sps,
+            "target_0.9_met": simulated_sps / plain_sps >= 0.9,
+            "simulation_rounds_s": result["rounds_s"],
+            "simulation_with_startup_s": result["total_s"],
+            "efficiency_with_startup": result["samples"] / result["total_s"] / plain_sps,
+            "final_mean_acc": result["final_mean_acc"],
+        }
+    ]
+    print_table(rows)
+    if args.out is not None:
+        command = "python benchmarks/efficiency.py " + " ".join(sys.argv[1:])
+        append_markdown(args.out, "Efficiency against a plain PyTorch loop (FedAvg-SE, 20 clients, CIFAR-10)", command.strip(), machine_description(), rows)
+
+
+if __name__ == "__main__":
+    main()

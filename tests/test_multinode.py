@@ -1,0 +1,49 @@
+"""Placement across two Ray nodes with a fractional (virtual) GPU per host actor,
+and the same per-client metrics as a run in one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from hdcfl_ray.config.loading import load_scenario
+from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from tests.conftest import tiny_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _metrics(run_dir: Path) -> pd.DataFrame:
+    clients = pd.read_parquet(run_dir / "clients.parquet")
+    columns = ["round", "client_id", "accuracy", "loss", "train_loss", "group"]
+    return clients[columns].sort_values(["round", "client_id"]).reset_index(drop=True)
+
+
+def test_hosts_spread_over_two_nodes_and_metrics_match_one_process(tmp_path: Path, write_scenario) -> None:
+    data = tiny_scenario(
+        runtime={"clients_per_actor": 2, "num_cpus_per_actor": 0.5, "num_gpus_per_actor": 0.5},
+        protocol={"rounds": 3, "participation": 0.75, "local_epochs": 1, "batch_size": 32},
+    )
+    path = write_scenario(data)
+    result_path = tmp_path / "result.json"
+    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "tests.multinode_run", str(path), str(tmp_path / "cluster-run"), str(result_path)],
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    result = json.loads(result_path.read_text())
+    manifest = result["manifest"]
+    assert manifest["runtime"]["backend"] == "ray" and manifest["runtime"]["nodes"] == 2
+    assert manifest["num_client_hosts"] == 4
+    # two 0.5-GPU hosts per one-GPU node: the four hosts must use both nodes
+    assert sorted(set(manifest["client_host_nodes"])) == result["cluster_nodes"]
+
+    local = load_scenario(path, overrides=["runtime.backend=local"])
+    run_simulation(prepare_run(local), tmp_path / "local-run")
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "cluster-run"), _metrics(tmp_path / "local-run"))
