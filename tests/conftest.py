@@ -16,7 +16,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 def ray_session() -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=True)
     try:
         yield
     finally:

@@ -372,3 +372,29 @@ def test_pretrained_file_that_is_not_a_state_dict_is_a_scenario_error(tmp_path: 
     torch.save(torch.zeros(3), path)
     with pytest.raises(ScenarioError, match="model.pretrained.*not a state dict"):
         small_model(pretrained=str(path))
+
+
+def test_momentum_sgd_takes_the_same_steps_as_torch_sgd() -> None:
+    import torch
+    from torch import nn
+
+    from hdcfl_ray.runtime.local_training import MomentumSGD
+
+    def trained(make):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+        optimizer = make(list(model.parameters()))
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(6):
+            inputs = torch.randn(8, 3, 8, 8, generator=generator)
+            labels = torch.randint(0, 5, (8,), generator=generator)
+            optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(inputs), labels).backward()
+            optimizer.step()
+        return [parameter.detach().clone() for parameter in model.parameters()]
+
+    for momentum, weight_decay in ((0.9, 5e-4), (0.0, 0.0), (0.5, 0.0)):
+        ours = trained(lambda params: MomentumSGD(params, lr=0.05, momentum=momentum, weight_decay=weight_decay))
+        reference = trained(lambda params: torch.optim.SGD(params, lr=0.05, momentum=momentum, weight_decay=weight_decay))
+        for mine, theirs in zip(ours, reference):
+            assert torch.equal(mine, theirs)

@@ -17,6 +17,7 @@ no explicit `clients_per_actor`, and at most `LOCAL_MAX_CPUS` CPUs to fill.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, Literal
 
 from hdcfl_ray.config.schema import RuntimeConfig
@@ -31,9 +32,10 @@ Backend = Literal["ray", "local"]
 def choose_backend(runtime: RuntimeConfig) -> Backend:
     if runtime.backend != "auto":
         return runtime.backend
-    import ray
-
-    if runtime.address is not None or ray.is_initialized():
+    # Ray is not imported to ask: a process that never imported it has not started it
+    # (and a local run stays free of Ray's import cost and memory).
+    ray = sys.modules.get("ray")
+    if runtime.address is not None or (ray is not None and ray.is_initialized()):
         return "ray"
     if runtime.num_gpus_per_actor > 0 or runtime.clients_per_actor != "auto":
         return "ray"

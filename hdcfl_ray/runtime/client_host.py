@@ -8,6 +8,7 @@ data indices and its transform, and runs the algorithm's client hooks through a
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from typing import Any, Mapping
@@ -35,13 +36,11 @@ if TYPE_CHECKING:
 def _resolve(value: Any) -> Any:
     """ObjectRefs inside a task payload or object map are fetched here, so algorithm
     hooks never see Ray."""
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - Ray is a dependency
-        return value
     if isinstance(value, StoreRef):
         value = value.ref
-    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+    # No ObjectRef can exist in a process that never imported Ray (the local backend).
+    ray = sys.modules.get("ray")
+    return ray.get(value) if ray is not None and isinstance(value, ray.ObjectRef) else value
 
 
 def _all_finite(value: Any) -> bool:

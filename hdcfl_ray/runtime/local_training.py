@@ -22,9 +22,48 @@ class TrainStats:
     nonfinite: bool  # a NaN/Inf loss was seen: the update must not be trusted
 
 
-def make_optimizer(parameters: list[nn.Parameter], config: OptimizerConfig) -> torch.optim.Optimizer:
+class MomentumSGD:
+    """SGD with momentum and weight decay: the per-tensor update torch.optim.SGD runs
+    on CPU (`_single_tensor_sgd`), operation for operation, so results are the same bits.
+
+    Why not torch.optim.SGD: a client builds a fresh optimizer every round, and the
+    first torch optimizer built in a process imports torch._dynamo (about 2 s), which
+    is most of a short simulation's first round. This class needs nothing but tensors.
+    """
+
+    def __init__(self, parameters: list[nn.Parameter], lr: float, momentum: float, weight_decay: float) -> None:
+        self.parameters = list(parameters)
+        self.lr = float(lr)
+        self.momentum = float(momentum)
+        self.weight_decay = float(weight_decay)
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.parameters)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for parameter in self.parameters:
+            parameter.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for index, parameter in enumerate(self.parameters):
+            grad = parameter.grad
+            if grad is None:
+                continue
+            if self.weight_decay != 0:
+                grad = grad.add(parameter, alpha=self.weight_decay)
+            if self.momentum != 0:
+                buffer = self.buffers[index]
+                if buffer is None:
+                    buffer = grad.detach().clone()
+                    self.buffers[index] = buffer
+                else:
+                    buffer.mul_(self.momentum).add_(grad, alpha=1.0)
+                grad = buffer
+            parameter.add_(grad, alpha=-self.lr)
+
+
+def make_optimizer(parameters: list[nn.Parameter], config: OptimizerConfig) -> MomentumSGD | torch.optim.Optimizer:
     if config.name == "sgd":
-        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        return MomentumSGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay)
 
 

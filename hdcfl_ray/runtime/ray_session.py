@@ -33,6 +33,9 @@ class RaySession:
             if self.runtime.include_dashboard:
                 kwargs["dashboard_host"] = self.runtime.dashboard_host
             if self.runtime.address is None:
+                # "local" starts a fresh instance even when a `ray start` cluster runs on this
+                # machine (ray.init() alone would join it): address null means a private Ray.
+                kwargs["address"] = "local"
                 kwargs["num_cpus"] = self.runtime.num_cpus
             else:
                 kwargs["address"] = self.runtime.address

@@ -25,7 +25,6 @@ from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
 from hdcfl_ray.runtime.backends import LocalBackend, RayBackend, choose_backend
-from hdcfl_ray.runtime.ray_session import RaySession
 
 
 class RunObserver(Protocol):
@@ -118,6 +117,8 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     if choose_backend(scenario.runtime) == "local":
         summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, resume)
     else:
+        from hdcfl_ray.runtime.ray_session import RaySession  # Ray is imported only for a Ray run
+
         with RaySession(scenario.runtime) as session:
             summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, resume)
     update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)

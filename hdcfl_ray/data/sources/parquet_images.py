@@ -99,7 +99,8 @@ def _read_table(
     for key, column in (("dataset.image_column", image_column), ("dataset.label_column", label_column)):
         if column not in schema.names:
             raise ScenarioError(f"{key}: {path} has no column {column!r}; its columns are: {present}")
-    table = pq.read_table(path, columns=[image_column, label_column])
+    # ParquetFile.read, not read_table: the latter loads pyarrow.dataset and with it pandas (~0.1 GB).
+    table = pq.ParquetFile(path).read(columns=[image_column, label_column])
     if table.num_rows == 0:
         raise ScenarioError(f"dataset.path: {path} has no rows")
     labels = _labels(table.column(label_column), path, label_column)
