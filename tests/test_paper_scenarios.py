@@ -121,13 +121,13 @@ def test_cpu_scenario_validates_at_cpu_scale(path: Path, data_variables: dict[st
     assert "." not in scenario.name and scenario.name == path.stem.replace(".", "_")
     dataset = scenario.dataset
     assert (dataset.name, dataset.path) == ("parquet_images", data_variables["HDCFL_CIFAR10_PARQUET"])
-    assert (dataset.max_train_samples, dataset.max_test_samples) == (10000, 5000)
+    assert (dataset.max_train_samples, dataset.max_test_samples) == (5000, 2500)
     model = scenario.model
     assert (model.encoder, model.width, model.feature_dim, model.pretrained) == ("small_cnn", 16, 64, None)
     assert_partition(scenario, kind, parameter)
-    assert (scenario.partition.num_clients, scenario.partition.test_per_client) == (20, 250)
+    assert (scenario.partition.num_clients, scenario.partition.test_per_client) == (20, 125)
     protocol = scenario.protocol
-    assert (protocol.rounds, protocol.participation, protocol.local_epochs, protocol.batch_size) == (40, 1.0, 2, 32)
+    assert (protocol.rounds, protocol.participation, protocol.local_epochs, protocol.batch_size) == (30, 0.5, 1, 32)
     assert protocol.optimizer.model_dump() == {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5.0e-4}
     hdcfl = scenario.algorithm.hdcfl
     assert (hdcfl.descriptor, hdcfl.groups, hdcfl.membership, hdcfl.refresh_every) == ("lowrank", 4, "soft", 5)
@@ -299,4 +299,4 @@ def test_cpu_sweep_runs_rotation_and_ls3_with_a_calibrated_pacfl(data_variables:
     for run in runs:
         assert run.scenario.algorithm.name == run.algorithm and run.scenario.seed == run.seed
         pacfl = run.scenario.algorithm.pacfl
-        assert (pacfl.basis, pacfl.threshold, pacfl.threshold_unit) == ("whole", 1.9, "degrees")
+        assert (pacfl.basis, pacfl.threshold, pacfl.threshold_unit) == ("whole", 2.5, "degrees")
