@@ -90,18 +90,16 @@ def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
 
 
 def simulation(prepared, out_dir: Path) -> dict:
-    import pandas as pd
-
+    from hdcfl_ray.logs.table_writer import read_table
     from hdcfl_ray.runtime.simulation import run_simulation
 
     started = time.perf_counter()
     summary = run_simulation(prepared, out_dir / "run")
     total = time.perf_counter() - started
-    rounds = pd.read_parquet(summary.run_dir / "rounds.parquet")
-    updates = pd.read_parquet(summary.run_dir / "updates.parquet")
-    trained = int(updates["num_samples"].sum())
-    round_seconds = float(rounds["wall_time_s"].sum())
-    return {"samples": trained, "rounds_s": round_seconds, "total_s": total, "final_mean_acc": float(rounds["mean_accuracy"].iloc[-1])}
+    rounds = read_table(summary.run_dir, "rounds").sort_by("round").to_pydict()
+    trained = int(sum(read_table(summary.run_dir, "updates").to_pydict()["num_samples"]))
+    round_seconds = float(sum(rounds["wall_time_s"]))
+    return {"samples": trained, "rounds_s": round_seconds, "total_s": total, "final_mean_acc": float(rounds["mean_accuracy"][-1])}
 
 
 def main() -> None:

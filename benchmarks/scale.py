@@ -18,13 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import append_markdown, machine_description, print_table, run_measured  # noqa: E402
+from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
 
 
 def scenario(clients: int, samples_per_client: int, backend: str, out_dir: Path) -> dict:
@@ -57,22 +57,21 @@ def measure(clients: int, samples_per_client: int, backend: str, work: Path) -> 
     if measured.returncode != 0:
         raise SystemExit(f"K = {clients} failed:\n{measured.stderr[-3000:]}")
     run_dir = next(out_dir.iterdir())
-    rounds = pd.read_parquet(run_dir / "rounds.parquet").sort_values("round")
-    refresh = pd.read_parquet(run_dir / "refresh.parquet")
-    refresh_rounds = set(refresh["round"])
+    rounds = read_table(run_dir, "rounds").sort_by("round").to_pydict()
+    refresh_round = max(read_table(run_dir, "refresh").to_pydict()["round"])
     return {
         "clients": clients,
         "backend": backend,
         "train_samples_per_round": clients * samples_per_client,
         "wall_s_total": measured.wall_s,
-        "round_1_s": float(rounds["wall_time_s"].iloc[0]),
-        "round_2_s": float(rounds["wall_time_s"].iloc[1]),
-        "round_3_s": float(rounds["wall_time_s"].iloc[2]),
-        "s_per_1k_samples_round_3": float(rounds["wall_time_s"].iloc[2]) / (clients * samples_per_client / 1000),
+        "round_1_s": rounds["wall_time_s"][0],
+        "round_2_s": rounds["wall_time_s"][1],
+        "round_3_s": rounds["wall_time_s"][2],
+        "s_per_1k_samples_round_3": rounds["wall_time_s"][2] / (clients * samples_per_client / 1000),
         # the last refresh: the first one also pays for importing scikit-learn (about 1 s)
-        "refresh_s": float(rounds.loc[rounds["round"] == max(refresh_rounds), "aggregate_s"].iloc[0]),
+        "refresh_s": rounds["aggregate_s"][rounds["round"].index(refresh_round)],
         "peak_memory_gb": measured.peak_memory_bytes / 1e9,
-        "final_mean_acc": float(rounds["mean_accuracy"].iloc[-1]),
+        "final_mean_acc": rounds["mean_accuracy"][-1],
     }
 
 
