@@ -171,7 +171,13 @@ def sweep(
             done["count"] += 1
         console.print(f"[{done['count']}/{len(runs)}] {key}: {status}", highlight=False)
 
-    outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, progress)
+    from hdcfl_ray.sweep.runner import ClusterLostError
+
+    try:
+        outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, progress)
+    except ClusterLostError as error:
+        console.print(f"error: {error}", highlight=False)
+        raise typer.Exit(1) from None
     console.print(
         f"{len(outcome.completed)} run(s) completed, {len(outcome.skipped)} already complete, {len(outcome.failed)} failed; "
         f"index: {plan.out / 'index.json'}; report: hdcfl-ray report {plan.out}"

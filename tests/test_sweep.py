@@ -65,3 +65,45 @@ def test_sweep_command_writes_its_report(write_scenario, tmp_path):
     result = CliRunner().invoke(app, ["sweep", str(path), "--seeds", "3", "--out", str(tmp_path / "sweep"), "--report", str(report)])
     assert result.exit_code == 0, result.output
     assert "| fedavg_se |" in report.read_text()
+
+
+def test_a_sweep_whose_ray_cluster_dies_stops_and_stays_resumable(tmp_path, monkeypatch) -> None:
+    import hdcfl_ray.sweep.runner as runner
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.sweep.grid import SweepRun
+    from tests.conftest import tiny_scenario
+
+    class DyingCluster:
+        cpus_left = 2.0
+
+        def __init__(self, runtime) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+        @property
+        def cpus(self) -> float:
+            return DyingCluster.cpus_left
+
+    attempted: list[str] = []
+
+    def simulate(prepared, run_dir, observer, resume=False):
+        attempted.append(str(run_dir))
+        DyingCluster.cpus_left = 0.0  # e.g. `ray stop` from another terminal
+        raise RuntimeError("actor died")
+
+    monkeypatch.setattr(runner, "RaySession", DyingCluster)
+    monkeypatch.setattr(runner, "run_simulation", simulate)
+    monkeypatch.setattr(runner, "prepare_run", lambda scenario, dataset: None)
+    monkeypatch.setattr(runner.DatasetCache, "get", lambda self, scenario: None)
+    scenario = build_scenario(tiny_scenario())
+    runs = [SweepRun("tiny", "hdcfl", seed, scenario, tmp_path / f"seed{seed}") for seed in (1, 2, 3)]
+    with pytest.raises(runner.ClusterLostError, match="rerun the same command"):
+        runner.run_sweep(runs, tmp_path, scenario.runtime, parallel=1)
+    assert len(attempted) == 1  # the other runs were not started into a dead cluster
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert {entry["status"] for entry in index["runs"]} == {"pending"}

@@ -75,7 +75,11 @@ def run_sweep(
         workers = min(len(todo), concurrent_runs(session.cpus, runtime, parallel))
         actors_per_run = max(1, math.floor(session.cpus / runtime.num_cpus_per_actor / workers))
 
+        cluster_lost = threading.Event()
+
         def execute(run: SweepRun) -> str:
+            if cluster_lost.is_set():  # leave the run as it was: a rerun picks it up
+                return run.key
             scenario = run.scenario
             if workers > 1:  # share the slots between the concurrent runs
                 limit = min(actors_per_run, scenario.runtime.max_actors or actors_per_run)
@@ -89,6 +93,16 @@ def run_sweep(
             try:
                 run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, QuietObserver(), resume=resume)
             except Exception as error:  # one failed run must not stop the sweep
+                if _cluster_gone(session):
+                    # The cluster itself is gone (a `ray stop`, a dead head node): every
+                    # remaining run would fail the same way, so stop and keep them resumable.
+                    cluster_lost.set()
+                    with lock:
+                        statuses[run.key] = run_status(run)
+                        write_index(out, runs, statuses)
+                    if on_progress:
+                        on_progress(run.key, "stopped: the sweep's Ray cluster is gone")
+                    return run.key
                 with lock:
                     outcome.failed[run.key] = f"{type(error).__name__}: {error}"
                     statuses[run.key] = "failed"
@@ -107,4 +121,20 @@ def run_sweep(
         with ThreadPoolExecutor(max_workers=workers) as executor:
             for future in [executor.submit(execute, run) for run in todo]:
                 future.result()
+    if cluster_lost.is_set():
+        raise ClusterLostError(
+            f"the Ray cluster of this sweep stopped after {len(outcome.completed)} completed run(s); "
+            f"nothing finished is lost: rerun the same command to continue (index: {out / 'index.json'})"
+        )
     return outcome
+
+
+def _cluster_gone(session: RaySession) -> bool:
+    try:
+        return session.cpus <= 0
+    except Exception:  # the cluster cannot even be asked
+        return True
+
+
+class ClusterLostError(RuntimeError):
+    """The sweep's Ray cluster died under it; the sweep is resumable as it stands."""
