@@ -21,6 +21,13 @@ from typing import Any, Mapping, Sequence
 SAMPLE_INTERVAL_S = 0.2
 
 
+def find_cifar(explicit: str | None) -> Path | None:
+    """The CIFAR-10 Parquet folder: --cifar, else $HDCFL_CIFAR10, else ../shared/data/cifar10-jpeg."""
+    default = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg"
+    candidate = Path(explicit or os.environ.get("HDCFL_CIFAR10") or default)
+    return candidate.resolve() if (candidate / "train.parquet").is_file() else None
+
+
 def machine_description() -> dict[str, Any]:
     """What a reader needs to compare numbers between machines."""
     description: dict[str, Any] = {

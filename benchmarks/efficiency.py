@@ -26,17 +26,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import append_markdown, machine_description, print_table  # noqa: E402
+from benchmarks._common import append_markdown, find_cifar, machine_description, print_table  # noqa: E402
 
 CLIENTS = 20
 
 
 def cifar_path(explicit: str | None) -> Path:
-    candidates = [explicit, os.environ.get("HDCFL_CIFAR10"), str(REPO.parent / "shared" / "data" / "cifar10-jpeg")]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    raise SystemExit("CIFAR-10 Parquet folder not found: pass --cifar PATH or set HDCFL_CIFAR10")
+    path = find_cifar(explicit)
+    if path is None:
+        raise SystemExit("CIFAR-10 Parquet folder not found: pass --cifar PATH or set HDCFL_CIFAR10")
+    return path
 
 
 def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backend: str, out_dir: Path):

@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Measured, append_markdown, machine_description, print_table, run_measured  # noqa: E402
+from _common import Measured, append_markdown, find_cifar, machine_description, print_table, run_measured  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FLOWER_APP = REPO_ROOT / "benchmarks" / "flower_app.py"
@@ -77,11 +77,6 @@ def workloads(names: list[str], quick: bool, cifar: Path | None) -> list[Workloa
                                   "max_test_samples": 200 if quick else 2_000})
             )
     return chosen
-
-
-def find_cifar(explicit: str | None) -> Path | None:
-    candidate = Path(explicit or os.environ.get("HDCFL_CIFAR10") or REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg")
-    return candidate.resolve() if (candidate / "train.parquet").is_file() else None
 
 
 def scenario_dict(workload: Workload, output_dir: Path) -> dict[str, Any]:
