@@ -22,6 +22,8 @@ METRICS: dict[str, bool] = {
     "bottom20_accuracy": True,
     "gap": False,
     "mean_accuracy_global": True,
+    "worst_accuracy_global": True,
+    "bottom20_accuracy_global": True,
     "ari_true": True,
 }
 TAIL_METRICS = ("worst_accuracy", "bottom20_accuracy", "gap")
@@ -70,6 +72,50 @@ def cells(records: list[RunMetrics], metric: str) -> dict[tuple[str, str], Cell]
             seeds=len(finite),
         )
     return result
+
+
+# (headline metric, the same run's global-encoder metric): HDC-FL scores every client
+# with its prototype mixture and, beside it, with the global encoder and its own head.
+PAIRED_GLOBAL = (
+    ("mean_accuracy", "mean_accuracy_global"),
+    ("worst_accuracy", "worst_accuracy_global"),
+    ("bottom20_accuracy", "bottom20_accuracy_global"),
+)
+
+
+@dataclass(frozen=True)
+class GainCell:
+    """The personalisation gain over the same run's global encoder, paired by seed."""
+
+    personalised: Cell
+    global_encoder: Cell
+    gain: Cell  # of the per-seed differences personalised - global
+    seeds_helped: int  # seeds whose difference is > 0
+
+
+def personalisation_gains(records: list[RunMetrics], metric: str = "mean_accuracy") -> dict[tuple[str, str], GainCell]:
+    """Per (setting, method) that logs a global-encoder score: personalised, global and
+    their paired difference, mean +- sample std over seeds."""
+    global_metric = dict(PAIRED_GLOBAL)[metric]
+    paired: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for record in records:
+        own, shared = record.values[metric], record.values.get(global_metric, math.nan)
+        if math.isnan(own) or math.isnan(shared):
+            continue
+        paired.setdefault((record.setting, record.method), []).append((own, shared))
+    return {
+        key: GainCell(
+            personalised=_cell([own for own, _ in pairs]),
+            global_encoder=_cell([shared for _, shared in pairs]),
+            gain=_cell([own - shared for own, shared in pairs]),
+            seeds_helped=sum(own > shared for own, shared in pairs),
+        )
+        for key, pairs in paired.items()
+    }
+
+
+def _cell(values: list[float]) -> Cell:
+    return Cell(mean=mean(values), std=stdev(values) if len(values) > 1 else math.nan, seeds=len(values))
 
 
 def ranks_within(values: dict[str, float], higher_is_better: bool) -> dict[str, float]:

@@ -89,3 +89,28 @@ def test_ablation_variants_become_rows_of_one_table():
     assert [row[0].value for row in table.rows] == ["as run", "groups-1"]
     assert table.rows[0][2].value == "81.00 ± 1.41"
     assert table.rows[1][3].value == "67.00 ± 1.41"
+
+
+def paired(setting, seed, own, shared):
+    values = {"mean_accuracy": own, "worst_accuracy": own - 0.2, "bottom20_accuracy": own - 0.1, "gap": 0.3,
+              "mean_accuracy_global": shared, "worst_accuracy_global": shared - 0.25, "bottom20_accuracy_global": shared - 0.1,
+              "ari_true": 1.0}
+    return RunMetrics(setting, "hdcfl", seed, values)
+
+
+def test_personalisation_gain_is_paired_by_seed():
+    from analysis.final_metrics import personalisation_gains
+    from analysis.report_tables import gain_table
+
+    runs = [paired("R", 1, 0.50, 0.40), paired("R", 2, 0.30, 0.28), paired("R", 3, 0.60, 0.61)]
+    gain = personalisation_gains(runs + RECORDS)[("R", "hdcfl")]  # methods without a global score are left out
+    assert gain.gain.mean == pytest.approx((0.10 + 0.02 - 0.01) / 3)
+    assert gain.gain.std == pytest.approx(np.std([0.10, 0.02, -0.01], ddof=1))  # paired: far below the std of either column
+    assert gain.personalised.mean == pytest.approx(1.4 / 3) and gain.seeds_helped == 2
+    worst = personalisation_gains(runs, "worst_accuracy")[("R", "hdcfl")]
+    assert worst.gain.mean == pytest.approx(0.05 + (0.10 + 0.02 - 0.01) / 3)
+    table = gain_table(runs + RECORDS)
+    assert table is not None and len(table.rows) == 1
+    assert [cell.value for cell in table.rows[0]][:5] == ["R", "hdcfl", "46.67 ± 15.28", "43.00 ± 16.70", "+3.67 ± 5.69"]
+    assert table.rows[0][-1].value == "2 of 3"
+    assert gain_table(RECORDS) is None  # no method logs a global-encoder score
