@@ -300,3 +300,27 @@ def test_cpu_sweep_runs_rotation_and_ls3_with_a_calibrated_pacfl(data_variables:
         assert run.scenario.algorithm.name == run.algorithm and run.scenario.seed == run.seed
         pacfl = run.scenario.algorithm.pacfl
         assert (pacfl.basis, pacfl.threshold, pacfl.threshold_unit) == ("whole", 2.5, "degrees")
+
+
+def test_gain_grid_cells_expand_to_valid_hdcfl_sweeps(data_variables: dict[str, str], tmp_path: Path) -> None:
+    """scenarios/cpu/gain-grid.sh: every `cell SCENARIO NAME --set ...` line is a valid sweep that
+    changes what it says, and no name has a dot (the report would read it as an ablation variant)."""
+    import yaml
+
+    from hdcfl_ray.sweep.grid import SweepPlan
+
+    cells = re.findall(r"^cell (\S+) (\S+) ([^#\n]*)", (CPU / "gain-grid.sh").read_text(), re.MULTILINE)
+    assert len(cells) >= 5 and len({name for _, name, _ in cells}) == len(cells)
+    for scenario_name, name, rest in cells:
+        overrides = re.findall(r"--set (\S+)", rest)
+        assert overrides and "." not in name
+        plan = SweepPlan((CPU / f"{scenario_name}.yaml",), ("hdcfl",), PAPER_SEEDS, (f"name={name}", *overrides), tmp_path)
+        runs = expand(plan)
+        assert [(run.setting, run.seed) for run in runs] == [(name, seed) for seed in PAPER_SEEDS]
+        settings = runs[0].scenario.model_dump()
+        for override in overrides:
+            key, value = override.split("=", 1)
+            node = settings
+            for part in key.split("."):
+                node = node[part]
+            assert node == yaml.safe_load(value), override
