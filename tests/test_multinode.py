@@ -41,6 +41,7 @@ def test_hosts_spread_over_two_nodes_and_metrics_match_one_process(tmp_path: Pat
     manifest = result["manifest"]
     assert manifest["runtime"]["backend"] == "ray" and manifest["runtime"]["nodes"] == 2
     assert manifest["num_client_hosts"] == 4
+    assert manifest["runtime"]["torch_threads_per_host"] == 1  # half a CPU still trains on one thread
     # two 0.5-GPU hosts per one-GPU node: the four hosts must use both nodes
     assert sorted(set(manifest["client_host_nodes"])) == result["cluster_nodes"]
 
@@ -49,3 +50,5 @@ def test_hosts_spread_over_two_nodes_and_metrics_match_one_process(tmp_path: Pat
     cluster_rows, local_rows = _metrics(tmp_path / "cluster-run"), _metrics(tmp_path / "local-run")
     assert len(cluster_rows) == 8 * 3
     assert cluster_rows == local_rows
+    local_manifest = json.loads((tmp_path / "local-run" / "manifest.json").read_text())
+    assert local_manifest["runtime"]["torch_threads_per_host"] == (os.cpu_count() or 1)

@@ -5,7 +5,9 @@ clients, a server actor, the object store, host replacement after a crash, any
 number of nodes. `local` runs the same `FederatedServer` round logic and one
 `ClientHost` owning every client inside the driver process (torch uses all the
 CPUs it is given through its own threads). Both produce identical metrics for a
-scenario and seed; `local` saves Ray's start-up (a few seconds) and an actor
+scenario and seed when their hosts use the same number of torch threads: the
+thread count can change the rounding of convolution sums, and a run amplifies
+it. `local` saves Ray's start-up (a few seconds) and an actor
 process per host (about half a gigabyte each with torch), which is most of a
 short run on a laptop.
 
@@ -76,7 +78,7 @@ class LocalBackend:
         return [None]
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0}
+        return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": self.threads}
 
     def close(self) -> None:
         self.run = None  # type: ignore[assignment]
@@ -97,6 +99,7 @@ class RayBackend:
         from hdcfl_ray.runtime.server import build_server_settings
 
         scenario = prepared.scenario
+        self._threads = scenario.runtime.num_cpus_per_actor  # what each ClientHost passes to torch.set_num_threads
         self.session = session
         num_clients = prepared.partition.num_clients
         self.num_hosts = count_hosts(scenario.runtime, num_clients, session.cpus, session.gpus)
@@ -130,7 +133,8 @@ class RayBackend:
         return ray.get([host.node_id.remote() for host in self.hosts])
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "ray", **self.session.describe()}
+        threads = max(1, int(self._threads))
+        return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": threads}
 
     def close(self) -> None:
         import ray
