@@ -5,7 +5,7 @@
 # evaluation, the global encoder with each client's own head, so the gain is paired per seed.
 #
 #   export HDCFL_CIFAR10_PARQUET=../shared/data/cifar10-jpeg   # from the repository root
-#   scenarios/cpu/gain-grid.sh                                 # 30 runs into runs/cpu-gain-grid
+#   scenarios/cpu/gain-grid.sh                                 # 30 runs into runs/cpu-gain-grid (53 min on 2 cores)
 #
 # The two base cells come from the reproduction sweep (scenarios/cpu/sweep-reproduction.yaml,
 # runs/cpu-reproduction); the report puts them beside the grid in docs/reproduction-gain-grid.md.
