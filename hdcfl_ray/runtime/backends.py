@@ -61,6 +61,7 @@ class LocalBackend:
         threads = local_cpus(scenario.runtime)
         scenario = scenario.model_copy(update={"runtime": scenario.runtime.model_copy(update={"num_cpus_per_actor": threads})})
         self.threads = threads
+        self.host_runtime = scenario.runtime
         self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition))
         self.num_hosts = 1
         self.client_hosts = {client.client_id: 0 for client in prepared.partition.clients}
@@ -78,7 +79,10 @@ class LocalBackend:
         return [None]
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": self.threads}
+        from hdcfl_ray.runtime.client_host import torch_threads_per_host
+
+        threads = torch_threads_per_host(self.host_runtime)
+        return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": threads}
 
     def close(self) -> None:
         self.run = None  # type: ignore[assignment]
@@ -99,7 +103,7 @@ class RayBackend:
         from hdcfl_ray.runtime.server import build_server_settings
 
         scenario = prepared.scenario
-        self._threads = scenario.runtime.num_cpus_per_actor  # what each ClientHost passes to torch.set_num_threads
+        self.host_runtime = scenario.runtime
         self.session = session
         num_clients = prepared.partition.num_clients
         self.num_hosts = count_hosts(scenario.runtime, num_clients, session.cpus, session.gpus)
@@ -133,8 +137,9 @@ class RayBackend:
         return ray.get([host.node_id.remote() for host in self.hosts])
 
     def describe(self) -> dict[str, Any]:
-        threads = max(1, int(self._threads))
-        return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": threads}
+        from hdcfl_ray.runtime.client_host import torch_threads_per_host
+
+        return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": torch_threads_per_host(self.host_runtime)}
 
     def close(self) -> None:
         import ray

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams
-from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
 
 if TYPE_CHECKING:
@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 # torch and everything built on it are imported inside the methods: Ray imports this
 # module in every process that holds a host's actor handle (the server actor too),
 # and the server must not pay torch's start-up time and memory for that.
+
+
+def torch_threads_per_host(runtime: RuntimeConfig) -> int:
+    """The torch threads a host trains with: its CPU share, at least one. Results are
+    bit-identical only between hosts with the same count (the manifest records it)."""
+    return max(1, int(runtime.num_cpus_per_actor))
 
 
 def _resolve(value: Any) -> Any:
@@ -76,7 +82,7 @@ class ClientHost:
         from hdcfl_ray.models import FlatIndex, build_split_model
         from hdcfl_ray.runtime.tensor_cache import TensorCache
 
-        torch.set_num_threads(max(1, int(scenario.runtime.num_cpus_per_actor)))
+        torch.set_num_threads(torch_threads_per_host(scenario.runtime))
         self.scenario = scenario
         self.algorithm = algorithm
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
