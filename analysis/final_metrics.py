@@ -63,15 +63,7 @@ def cells(records: list[RunMetrics], metric: str) -> dict[tuple[str, str], Cell]
     grouped: dict[tuple[str, str], list[float]] = {}
     for record in records:
         grouped.setdefault((record.setting, record.method), []).append(record.values[metric])
-    result = {}
-    for key, values in grouped.items():
-        finite = [v for v in values if not math.isnan(v)]
-        result[key] = Cell(
-            mean=mean(finite) if finite else math.nan,
-            std=stdev(finite) if len(finite) > 1 else math.nan,  # statistics.stdev is the sample std (ddof = 1)
-            seeds=len(finite),
-        )
-    return result
+    return {key: _cell([v for v in values if not math.isnan(v)]) for key, values in grouped.items()}
 
 
 # (headline metric, the same run's global-encoder metric): HDC-FL scores every client
@@ -115,7 +107,12 @@ def personalisation_gains(records: list[RunMetrics], metric: str = "mean_accurac
 
 
 def _cell(values: list[float]) -> Cell:
-    return Cell(mean=mean(values), std=stdev(values) if len(values) > 1 else math.nan, seeds=len(values))
+    """Mean and sample std (statistics.stdev: ddof = 1) of finite values; NaN where undefined."""
+    return Cell(
+        mean=mean(values) if values else math.nan,
+        std=stdev(values) if len(values) > 1 else math.nan,
+        seeds=len(values),
+    )
 
 
 def ranks_within(values: dict[str, float], higher_is_better: bool) -> dict[str, float]:

@@ -13,8 +13,8 @@ from analysis.final_metrics import (
     Cell,
     RunMetrics,
     average_rank,
-    best_two,
     PAIRED_GLOBAL,
+    best_two,
     cells,
     macro_average,
     personalisation_gains,
@@ -49,6 +49,12 @@ def _percent(value: float, scale: float) -> str:
     return "-" if math.isnan(value) else f"{scale * value:.2f}"
 
 
+def _with_std(cell: Cell, scale: float = 100.0, signed: bool = False) -> str:
+    """"mean ± std" (the std left out for one seed); `signed` marks differences with + or -."""
+    text = f"{scale * cell.mean:+.2f}" if signed else _percent(cell.mean, scale)
+    return text if math.isnan(cell.std) else f"{text} ± {_percent(cell.std, scale)}"
+
+
 def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, with_macro: bool) -> ReportTable:
     settings, methods = settings_and_methods(records)
     table = cells(records, metric)
@@ -67,9 +73,7 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
             if cell is None or math.isnan(cell.mean):
                 row.append(Text("-"))
                 continue
-            text = _percent(cell.mean, scale)
-            if not math.isnan(cell.std):
-                text += f" ± {_percent(cell.std, scale)}"
+            text = _with_std(cell, scale)
             best, second = marks[setting]
             row.append(Text(text, "best" if method in best else "second" if method in second else ""))
         if with_rank:
@@ -112,8 +116,7 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
                 row = [Text(variant), Text(method)]
                 for _, metric in columns:
                     cell = per_metric[metric][(setting, method)]
-                    text = _percent(cell.mean, 100.0) + ("" if math.isnan(cell.std) else f" ± {_percent(cell.std, 100.0)}")
-                    row.append(Text(text))
+                    row.append(Text(_with_std(cell)))
                 table.rows.append(row)
         table.note = "Variants are replays of the same runs' refreshes (hdcfl-ray ablate), so rows are paired by seed."
         tables.append(table)
@@ -143,11 +146,6 @@ def gain_table(records: list[RunMetrics]) -> ReportTable | None:
         table.rows.append(row)
     table.note = "Both scores come from the same runs and the same final evaluation, so the gain is paired per seed (mean ± sample std of the differences). The global encoder is trained exactly as FedAvg-SE trains it, so with the same seeds the gain is also HDC-FL minus FedAvg-SE."
     return table
-
-
-def _with_std(cell: Cell, signed: bool = False) -> str:
-    text = f"{100.0 * cell.mean:+.2f}" if signed else _percent(cell.mean, 100.0)
-    return text if math.isnan(cell.std) else f"{text} ± {_percent(cell.std, 100.0)}"
 
 
 def all_tables(records: list[RunMetrics]) -> list[ReportTable]:
