@@ -230,6 +230,8 @@ def _learn_weights(
                         blend_weights[index] = weight_step(blend_weights[index], target.grad, global_, local, params.eta)
                 loss_sum += loss.detach() * int(batch.shape[0])
             losses.append(float(loss_sum) / subset_size)
+            # weight learning is training work too: it shows in the run's budget
+            ctx.count_training(subset_size, -(-subset_size // batch_size))
             if not start_phase:
                 break  # after the start phase: exactly one epoch
             if start_phase_finished(losses, params.start_max_epochs, params.start_patience, params.start_tolerance):

@@ -66,6 +66,7 @@ class RoundRowBuilder:
                     "num_test_samples": evaluation.num_test_samples,
                     "accuracy": headline.accuracy,
                     "loss": headline.loss,
+                    "accuracy_own_classes": _finite_or_nan(headline.accuracy_own_classes),
                     "reference": result.headline,
                     "accuracy_global": _stat(references.get("global"), "accuracy"),
                     "loss_global": _stat(references.get("global"), "loss"),
@@ -88,6 +89,11 @@ class RoundRowBuilder:
             "num_participants": len(report.uploads),
             "num_rejected": sum(1 for upload in report.uploads if not upload.accepted),
             "num_dropped": sum(1 for timing in report.timings if timing.status == "dropped_late"),
+            # training work, counted by the runtime: rejected updates were trained too
+            "samples_trained": sum(upload.budget.samples for upload in report.uploads),
+            "local_steps": sum(upload.budget.steps for upload in report.uploads),
+            "eval_samples_trained": sum(evaluation.budget.samples for evaluation in report.eval_reports),
+            "eval_local_steps": sum(evaluation.budget.steps for evaluation in report.eval_reports),
             "virtual_time": report.virtual_time,
             "mean_train_loss": float(np.mean(losses)) if losses else ABSENT,
             "personalized": any(row["reference"] == "personalized" for row in client_rows),
@@ -109,6 +115,7 @@ class RoundRowBuilder:
                 worst_accuracy_global=global_ref["worst"],
                 bottom20_accuracy_global=global_ref["bottom20"],
                 mean_accuracy_local=float(np.nanmean(local)) if np.isfinite(local).any() else ABSENT,
+                mean_accuracy_own_classes=_nanmean_or_absent(_column(client_rows, "accuracy_own_classes")),
             )
             groups = [r["group"] for r in client_rows if r["group"] is not None]
             row["num_groups"] = len(set(groups)) if groups else None
@@ -182,6 +189,8 @@ class RoundRowBuilder:
                     "train_loss": None if upload is None else upload.train_loss,
                     "num_samples": None if upload is None else upload.num_samples,
                     "steps": None if upload is None else upload.steps,
+                    "samples_trained": None if upload is None else upload.budget.samples,
+                    "local_steps": None if upload is None else upload.budget.steps,
                 }
             )
         return rows
@@ -190,6 +199,10 @@ class RoundRowBuilder:
 def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray:
     """A float column with absent values as NaN (the maths ignore NaN)."""
     return np.array([np.nan if row[name] is None else row[name] for row in rows], dtype=float)
+
+
+def _nanmean_or_absent(values: np.ndarray) -> float | None:
+    return float(np.nanmean(values)) if np.isfinite(values).any() else ABSENT
 
 
 def _finite_or_nan(value: float | None) -> float | None:

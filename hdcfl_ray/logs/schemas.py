@@ -15,6 +15,7 @@ CLIENTS_SCHEMA = pa.schema(
         ("num_test_samples", pa.int32()),
         ("accuracy", pa.float64()),
         ("loss", pa.float64()),
+        ("accuracy_own_classes", pa.float64()),
         ("reference", pa.string()),
         ("accuracy_global", pa.float64()),
         ("loss_global", pa.float64()),
@@ -35,6 +36,10 @@ ROUNDS_SCHEMA = pa.schema(
         ("num_participants", pa.int32()),
         ("num_rejected", pa.int32()),
         ("num_dropped", pa.int32()),
+        ("samples_trained", pa.int64()),
+        ("local_steps", pa.int64()),
+        ("eval_samples_trained", pa.int64()),
+        ("eval_local_steps", pa.int64()),
         ("mean_train_loss", pa.float64()),
         ("mean_accuracy", pa.float64()),
         ("worst_accuracy", pa.float64()),
@@ -45,6 +50,7 @@ ROUNDS_SCHEMA = pa.schema(
         ("worst_accuracy_global", pa.float64()),
         ("bottom20_accuracy_global", pa.float64()),
         ("mean_accuracy_local", pa.float64()),
+        ("mean_accuracy_own_classes", pa.float64()),
         ("personalized", pa.bool_()),
         ("num_groups", pa.int32()),
         ("ari_true", pa.float64()),
@@ -85,6 +91,8 @@ UPDATES_SCHEMA = pa.schema(
         ("train_loss", pa.float64()),
         ("num_samples", pa.int32()),
         ("steps", pa.int32()),
+        ("samples_trained", pa.int64()),
+        ("local_steps", pa.int64()),
     ]
 )
 

@@ -4,7 +4,7 @@ round). Algorithms train and score through it and never touch Ray."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -14,8 +14,8 @@ from torch import nn
 from hdcfl_ray.algorithms.base import ModelParams
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
-from hdcfl_ray.runtime.local_training import TrainStats, evaluate, train_locally
-from hdcfl_ray.runtime.messages import EvalStats
+from hdcfl_ray.runtime.local_training import TrainStats, evaluate, restricted_predictions, train_locally
+from hdcfl_ray.runtime.messages import EvalStats, TrainingBudget
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
 # extra loss term added to each batch's cross-entropy (e.g. a proximal pull)
@@ -35,6 +35,19 @@ class ClientContext:
     _train_data: Callable[[], TensorPair]
     _test_data: Callable[[], TensorPair]
     _raw_train: Callable[[], tuple[np.ndarray, np.ndarray]]
+    # training work done through this context (every `train` call, plus `count_training`)
+    _samples_trained: int = field(default=0, init=False)
+    _steps_trained: int = field(default=0, init=False)
+
+    # ---- budget ----
+    @property
+    def budget(self) -> TrainingBudget:
+        return TrainingBudget(samples=self._samples_trained, steps=self._steps_trained)
+
+    def count_training(self, samples: int, steps: int) -> None:
+        """Record training a method runs outside `train` (e.g. FedALA's weight learning)."""
+        self._samples_trained += int(samples)
+        self._steps_trained += int(steps)
 
     # ---- data ----
     def train_data(self) -> TensorPair:
@@ -51,6 +64,10 @@ class ClientContext:
     @property
     def num_train(self) -> int:
         return int(self.train_data()[1].shape[0])
+
+    def own_classes(self) -> torch.Tensor:
+        """The classes present in the client's training data (sorted), on its device."""
+        return torch.unique(self.train_data()[1])
 
     def numpy_rng(self, stream: int = 0) -> np.random.Generator:
         """A numpy generator fixed by (seed, client, round, stream)."""
@@ -78,10 +95,12 @@ class ClientContext:
         data: TensorPair | None = None,
         optimizer: OptimizerConfig | None = None,
         regulariser: Regulariser | None = None,
+        sample_weights: torch.Tensor | None = None,
     ) -> TrainStats:
-        """Train the loaded model with the protocol's optimizer (fresh state) and batch size."""
+        """Train the loaded model with the protocol's optimizer (fresh state) and batch size;
+        `sample_weights` weight each sample's loss (see `train_locally`)."""
         inputs, labels = data if data is not None else self.train_data()
-        return train_locally(
+        stats = train_locally(
             self.model,
             inputs,
             labels,
@@ -92,14 +111,17 @@ class ClientContext:
             train_head=train_head,
             train_encoder=train_encoder,
             regulariser=regulariser,
+            sample_weights=sample_weights,
         )
+        self.count_training(stats.samples_processed, stats.steps)
+        return stats
 
     def score(self, params: ModelParams | None = None, head: np.ndarray | None = None, data: TensorPair | None = None) -> EvalStats:
         """Accuracy and loss on the client's test set (or `data`) of the given (or loaded) model."""
         if params is not None:
             self.load(params, head)
         inputs, labels = data if data is not None else self.test_data()
-        return evaluate(self.model, inputs, labels)
+        return evaluate(self.model, inputs, labels, own_classes=self.own_classes())
 
     @torch.no_grad()
     def per_sample_losses(self, params: ModelParams, data: TensorPair | None = None, head: np.ndarray | None = None) -> np.ndarray:
@@ -127,11 +149,15 @@ class ClientContext:
         return torch.cat(parts)
 
 
-def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor) -> EvalStats:
-    """Accuracy and NLL of predicted class probabilities (an ensemble's output)."""
+def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor, own_classes: torch.Tensor | None = None) -> EvalStats:
+    """Accuracy and NLL of predicted class probabilities (an ensemble's output); with
+    `own_classes` also the accuracy restricted to those classes."""
     num_samples = int(labels.shape[0])
     if num_samples == 0:
         return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
     picked = probabilities[torch.arange(num_samples), labels].clamp_min(1e-12)
     accuracy = float((probabilities.argmax(dim=1) == labels).float().mean())
-    return EvalStats(accuracy=accuracy, loss=float(-picked.log().mean()), num_samples=num_samples)
+    own = float("nan")
+    if own_classes is not None:
+        own = float((restricted_predictions(probabilities, own_classes) == labels).float().mean())
+    return EvalStats(accuracy=accuracy, loss=float(-picked.log().mean()), num_samples=num_samples, accuracy_own_classes=own)

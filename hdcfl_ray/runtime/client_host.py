@@ -205,9 +205,8 @@ class ClientHost:
         the state's ObjectRef and passes it back with the client's next job."""
         started = time.perf_counter()
         task = self._resolved_task(task)
-        upload, new_state = self.algorithm.local_update(
-            self.context(client_id, round_index), self._state(client_id, state), task, self._objects(object_refs, task)
-        )
+        ctx = self.context(client_id, round_index)
+        upload, new_state = self.algorithm.local_update(ctx, self._state(client_id, state), task, self._objects(object_refs, task))
         accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
         if accepted:
             self.client_states[client_id] = new_state
@@ -220,6 +219,7 @@ class ClientHost:
             accepted=accepted,
             compute_seconds=time.perf_counter() - started,
             host_generation=self._generation,
+            budget=ctx.budget,
         )
         return upload.models, meta, self.client_states[client_id]
 
@@ -240,5 +240,7 @@ class ClientHost:
             task = self._resolved_task(job.task)
             ctx = self.context(job.client_id, round_index)
             result = self.algorithm.evaluate(ctx, self._state(job.client_id, job.state), task, self._objects(object_refs, task), final)
-            reports.append(EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result))
+            reports.append(
+                EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result, budget=ctx.budget)
+            )
         return self._generation, reports

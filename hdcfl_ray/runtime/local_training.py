@@ -20,6 +20,7 @@ class TrainStats:
     num_samples: int
     steps: int
     nonfinite: bool  # a NaN/Inf loss was seen: the update must not be trusted
+    samples_processed: int = 0  # forward/backward passes over training samples (epochs x batches, as run)
 
 
 class MomentumSGD:
@@ -79,11 +80,16 @@ def train_locally(
     train_head: bool = True,
     train_encoder: bool = True,
     regulariser: Callable[[SplitModel], torch.Tensor] | None = None,
+    sample_weights: torch.Tensor | None = None,
 ) -> TrainStats:
     """Train encoder and head jointly (either may be frozen) for `epochs` passes.
 
     A frozen part is left out of the optimizer, so weight decay and momentum
     cannot move it either. `regulariser(model)` is added to every batch's loss.
+    `sample_weights` (one per input, e.g. EM responsibilities) turn each batch's
+    loss into mean_i(w_i * CE_i): the weighted objective sum_i w_i CE_i / N in
+    minibatches, so a model that explains little of the data also moves little.
+    Without weights the loss is the plain batch mean (the same bits as before).
 
     `inputs` are already transformed float tensors on the model's device; the
     generator alone decides the batch order, so a client's update does not depend
@@ -101,6 +107,8 @@ def train_locally(
         raise ValueError("nothing to train: both encoder and head are frozen")
     optimizer = make_optimizer(parameters, optimizer_config)
     loss_fn = nn.CrossEntropyLoss()
+    if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
+        raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
     num_samples = int(inputs.shape[0])
     total_loss = 0.0
     seen = 0
@@ -111,7 +119,12 @@ def train_locally(
         for start in range(0, num_samples, batch_size):
             batch = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model.head(model.encoder(inputs[batch])), labels[batch])
+            logits = model.head(model.encoder(inputs[batch]))
+            if sample_weights is None:
+                loss = loss_fn(logits, labels[batch])
+            else:
+                per_sample = nn.functional.cross_entropy(logits, labels[batch], reduction="none")
+                loss = (per_sample * sample_weights[batch]).mean()
             if regulariser is not None:
                 loss = loss + regulariser(model)
             if not torch.isfinite(loss):
@@ -127,11 +140,23 @@ def train_locally(
     for parameter in [*model.encoder.parameters(), *model.head.parameters()]:
         parameter.requires_grad_(True)
     mean_loss = total_loss / seen if seen else float("nan")
-    return TrainStats(mean_loss=mean_loss, num_samples=num_samples, steps=steps, nonfinite=nonfinite)
+    return TrainStats(mean_loss=mean_loss, num_samples=num_samples, steps=steps, nonfinite=nonfinite, samples_processed=seen)
+
+
+def restricted_predictions(scores: torch.Tensor, own_classes: torch.Tensor) -> torch.Tensor:
+    """argmax over the client's own training classes only (logits or probabilities):
+    what a shared head's prediction is worth once the label prior of the client is known."""
+    masked = torch.full_like(scores, float("-inf"))
+    masked[:, own_classes] = scores[:, own_classes]
+    return masked.argmax(dim=1)
 
 
 @torch.no_grad()
-def evaluate(model: SplitModel, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 512) -> EvalStats:
+def evaluate(
+    model: SplitModel, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 512, own_classes: torch.Tensor | None = None
+) -> EvalStats:
+    """Accuracy and mean cross-entropy; with `own_classes` also the accuracy of the
+    prediction restricted to those classes (EvalStats.accuracy_own_classes)."""
     num_samples = int(inputs.shape[0])
     if num_samples == 0:
         return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
@@ -139,12 +164,16 @@ def evaluate(model: SplitModel, inputs: torch.Tensor, labels: torch.Tensor, batc
     model.head.eval()
     loss_sum = 0.0
     correct = 0
+    correct_own = 0
     for start in range(0, num_samples, batch_size):
         logits = model.head(model.encoder(inputs[start : start + batch_size]))
         target = labels[start : start + batch_size]
         loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
         correct += int((logits.argmax(dim=1) == target).sum())
-    return EvalStats(accuracy=correct / num_samples, loss=loss_sum / num_samples, num_samples=num_samples)
+        if own_classes is not None:
+            correct_own += int((restricted_predictions(logits, own_classes) == target).sum())
+    own = correct_own / num_samples if own_classes is not None else float("nan")
+    return EvalStats(accuracy=correct / num_samples, loss=loss_sum / num_samples, num_samples=num_samples, accuracy_own_classes=own)
 
 
 def client_generator(seed: int, client_id: int, round_index: int) -> torch.Generator:

@@ -14,6 +14,18 @@ class EvalStats:
     accuracy: float  # fraction in [0, 1]; NaN for an empty test set
     loss: float
     num_samples: int
+    # accuracy when the prediction may only be one of the client's own training classes
+    # (NaN where not computed): separates encoder quality from the label prior
+    accuracy_own_classes: float = float("nan")
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    """Training work a client did inside one hook: samples through forward/backward
+    and optimiser steps, counted by the runtime whatever the method reports."""
+
+    samples: int = 0
+    steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -28,6 +40,7 @@ class UploadMeta:
     accepted: bool  # False when the update held NaN/Inf: it is thrown away, the client's state kept
     compute_seconds: float = 0.0
     host_generation: str = ""  # which incarnation of the host actor produced it
+    budget: TrainingBudget = TrainingBudget()  # local training work behind this update
 
 
 @dataclass(frozen=True)
@@ -60,3 +73,5 @@ class EvalReport:
     num_test_samples: int
     result: EvalResult
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # training done while evaluating (FedBABU's fine-tuning, FedALA's weight learning)
+    budget: TrainingBudget = TrainingBudget()
