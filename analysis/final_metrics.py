@@ -25,6 +25,16 @@ METRICS: dict[str, bool] = {
     "worst_accuracy_global": True,
     "bottom20_accuracy_global": True,
     "ari_true": True,
+    "mean_accuracy_own_classes": True,
+    "num_groups": True,
+}
+# training work over the whole run (every round's updates plus training done while
+# evaluating, e.g. fine-tuning), summed from rounds.parquet; not ranked
+BUDGET_COLUMNS = {
+    "samples_trained": "samples_trained",
+    "local_steps": "local_steps",
+    "eval_samples_trained": "eval_samples_trained",
+    "eval_local_steps": "eval_local_steps",
 }
 TAIL_METRICS = ("worst_accuracy", "bottom20_accuracy", "gap")
 
@@ -51,8 +61,19 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
         if final is None or run.status != "completed":
             continue
         values = {metric: _float(final.get(metric)) for metric in METRICS}
-        records.append(RunMetrics(run.setting, run.algorithm, run.seed, values))
+        values.update(run_budget(run.rounds.to_pylist()))
+        records.append(RunMetrics(run.setting, run.method, run.seed, values))
     return records
+
+
+def run_budget(rounds: list[dict[str, object]]) -> dict[str, float]:
+    """Totals of the budget columns over a run's rounds, and the number of rounds
+    (NaN for runs logged before the columns existed)."""
+    totals: dict[str, float] = {"rounds": float(len(rounds))}
+    for name, column in BUDGET_COLUMNS.items():
+        present = [row.get(column) for row in rounds if row.get(column) is not None]
+        totals[name] = float(sum(present)) if present and len(present) == len(rounds) else math.nan  # type: ignore[arg-type]
+    return totals
 
 
 def _float(value: object) -> float:
@@ -62,7 +83,7 @@ def _float(value: object) -> float:
 def cells(records: list[RunMetrics], metric: str) -> dict[tuple[str, str], Cell]:
     grouped: dict[tuple[str, str], list[float]] = {}
     for record in records:
-        grouped.setdefault((record.setting, record.method), []).append(record.values[metric])
+        grouped.setdefault((record.setting, record.method), []).append(record.values.get(metric, math.nan))
     return {key: _cell([v for v in values if not math.isnan(v)]) for key, values in grouped.items()}
 
 

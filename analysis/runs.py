@@ -31,6 +31,12 @@ class RunRecord:
         return str(self.scenario["algorithm"]["name"])
 
     @property
+    def method(self) -> str:
+        """The name reports list the run under: the algorithm, or a variant of it whose
+        budget or design differs enough to be its own row (`method_label`)."""
+        return method_label(self.scenario)
+
+    @property
     def seed(self) -> int:
         return int(self.scenario["seed"])
 
@@ -41,6 +47,16 @@ class RunRecord:
     def final_evaluated_round(self) -> dict[str, Any] | None:
         rows = [row for row in self.rounds.to_pylist() if row["evaluated"]]
         return max(rows, key=lambda row: row["round"]) if rows else None
+
+
+def method_label(scenario: dict[str, Any]) -> str:
+    """FedSoft training every client each round spends about 1/participation times the
+    others' budget: it is reported as `fedsoft-all`, never mixed with budget-equal FedSoft."""
+    algorithm = scenario.get("algorithm") or {}
+    name = str(algorithm.get("name"))
+    if name == "fedsoft" and (algorithm.get("fedsoft") or {}).get("selection_mode") == "all_clients":
+        return "fedsoft-all"
+    return name
 
 
 def load_run(run_dir: str | Path) -> RunRecord:

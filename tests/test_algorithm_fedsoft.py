@@ -88,7 +88,7 @@ def test_proximal_term_covers_parameters_and_skips_batchnorm_statistics():
 
 
 def test_importance_weights_from_a_run_sum_to_one_and_follow_the_argmin_counts():
-    run = fedsoft_run(centers=3, selection=3)
+    run = fedsoft_run(centers=3, selection=3, selection_mode="select")
     centres = list(run.server.state.centres)
     run.run_round(1)
     importance = run.server.state.importance
@@ -102,7 +102,7 @@ def test_importance_weights_from_a_run_sum_to_one_and_follow_the_argmin_counts()
 
 
 def test_selected_centre_is_the_unweighted_mean_of_the_clients_selected_for_it():
-    run = fedsoft_run(centers=3, selection=3)
+    run = fedsoft_run(centers=3, selection=3, selection_mode="select")
     report = run.run_round(1)
     algorithm = run.algorithm
     assert algorithm.selections is not None
@@ -116,12 +116,12 @@ def test_selected_centre_is_the_unweighted_mean_of_the_clients_selected_for_it()
         assert any(f"centre {s} selected {chosen.tolist()}" in event for event in report.events)
 
 
-def test_weighted_mode_centre_is_the_importance_weighted_average_of_all_clients():
-    run = fedsoft_run(centers=3, selection=20)
-    run.run_round(1)
+def test_all_clients_mode_centre_is_the_importance_weighted_average_of_all_clients():
+    run = fedsoft_run(centers=3, selection_mode="all_clients", protocol={"participation": 0.5})
+    report = run.run_round(1)
     algorithm = run.algorithm
     clients = sorted(algorithm.uploads)
-    assert clients == list(range(8))
+    assert clients == list(range(8)) == report.selected
     for s in range(3):
         v = [float(algorithm.weights[s, k]) for k in clients]
         assert sum(v) == pytest.approx(1.0)
@@ -129,12 +129,17 @@ def test_weighted_mode_centre_is_the_importance_weighted_average_of_all_clients(
         assert np.array_equal(run.server.state.centres[s].encoder, expected)
 
 
-def test_selection_of_at_least_every_client_switches_to_weighted_mode_and_logs_it():
-    run = fedsoft_run(centers=2, selection=8)
+def test_default_mode_trains_only_the_runtimes_sample_and_weights_its_uploads_by_importance():
+    run = fedsoft_run(centers=3, protocol={"participation": 0.5})
     report = run.run_round(1)
-    assert run.server.state.weighted
-    assert report.selected == list(range(8))
-    assert any("collapse" in event and "no selection" in event for event in report.events)
+    algorithm = run.algorithm
+    clients = sorted(algorithm.uploads)
+    assert len(clients) == 4 and report.selected == clients  # the same budget as any other method
+    for s in range(3):
+        v = [float(algorithm.weights[s, k]) for k in clients]
+        expected = weighted_average([algorithm.uploads[k].encoder for k in clients], v)
+        assert np.array_equal(run.server.state.centres[s].encoder, expected)
+    assert any("selection_mode=sampled" in event for event in report.events)
 
 
 def test_forced_selection_mode_keeps_per_centre_draws_even_with_many_slots():
@@ -157,7 +162,7 @@ def test_a_huge_proximal_weight_keeps_client_models_closer_to_the_centres():
     # one SGD step per round (batch larger than any client); lr * lambda = 1
     excess = {}
     for strength in (0.0, 20.0):
-        run = fedsoft_run(centers=2, selection=20, proximal=strength, protocol={"batch_size": 256})
+        run = fedsoft_run(centers=2, proximal=strength, protocol={"batch_size": 256})
         centres = list(run.server.state.centres)
         run.run_round(1)
         u = run.server.state.importance
@@ -166,7 +171,7 @@ def test_a_huge_proximal_weight_keeps_client_models_closer_to_the_centres():
 
 
 def test_proximal_regulariser_equals_the_direct_weighted_sum_of_distances():
-    run = fedsoft_run(centers=3, selection=3)
+    run = fedsoft_run(centers=3, selection=3, selection_mode="select")
     centres = list(run.server.state.centres)
     ctx = run.host.context(0, 1)
     u = np.array([0.5, 0.3, 0.2])
@@ -178,7 +183,7 @@ def test_proximal_regulariser_equals_the_direct_weighted_sum_of_distances():
 
 
 def test_evaluation_scores_the_own_model_and_reports_the_dominant_centre():
-    run = fedsoft_run(centers=3, selection=3)
+    run = fedsoft_run(centers=3, selection=3, selection_mode="select")
     report = run.run_round(1)
     for evaluation in report.eval_reports:
         u = run.server.state.importance[evaluation.client_id]
@@ -192,7 +197,7 @@ def test_evaluation_scores_the_own_model_and_reports_the_dominant_centre():
 
 def test_same_scenario_twice_gives_identical_centres_and_scores():
     def outcome():
-        run = fedsoft_run(centers=2, selection=3, importance_every=1, protocol={"rounds": 2})
+        run = fedsoft_run(centers=2, selection=3, selection_mode="select", importance_every=1, protocol={"rounds": 2})
         reports = run.run_all()
         centres = [np.concatenate([c.encoder, c.head]) for c in run.server.state.centres]
         return centres, [r.selected for r in reports], [[e.result for e in r.eval_reports] for r in reports]

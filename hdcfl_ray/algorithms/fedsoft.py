@@ -10,12 +10,20 @@ Choices made here, each documented where it acts:
 - Importance estimation runs for every client at round 1 (so u exists before the
   first local update) and then whenever t mod tau == 0. u_k is renormalised to
   sum to one after smoothing (see `importance.importance_weights`).
-- Selection ("auto"): with K_sel < K each centre draws K_sel distinct clients
-  with probabilities v_{s,.} from all K clients; the union trains and the
-  runtime's uniform sample is ignored. With K_sel >= K every centre would select
-  everybody and collapse to one plain average, so instead every client trains
-  and c_s = sum_k v_{s,k} w_k; this switch is logged at round 1. "select" and
-  "weighted" force a mode ("select" with K_sel >= K then draws all K clients).
+- Selection. "sampled" (default): the runtime's uniform per-round sample
+  trains, so FedSoft spends the same local budget as every other method, and
+  c_s = sum_k v_{s,k} w_k / sum_k v_{s,k} over those uploads. "select": each
+  centre draws K_sel distinct clients with probabilities v_{s,.} from the online
+  clients, the union trains (its size is logged; the budget can exceed the
+  others') and c_s is the plain mean of its draws. "all_clients": every online
+  client trains every round and c_s = sum_k v_{s,k} w_k (the reference's
+  importance-weighted aggregation; about 1/participation times the budget, so
+  reports label it fedsoft-all).
+- lambda defaults to 0.01, re-derived for momentum SGD: one step pulls w toward
+  the anchor by lr * lambda / (1 - momentum) of the distance, so lambda = 0.01
+  closes about 5% of it per 10 steps at lr 0.05, momentum 0.9; the reference's
+  0.1 was set for Adam at lr 1e-4, whose steps are bounded by the learning rate
+  (docs/baselines.md shows the derivation and the calibration runs).
 - The proximal term covers model parameters only; BatchNorm running statistics
   are not pulled, but they are averaged into the centres with everything else.
 """
@@ -44,7 +52,7 @@ def centre_name(index: int) -> str:
 class FedSoftState:
     centres: list[ModelParams]
     num_clients: int
-    weighted: bool  # True: importance-weighted aggregation over all clients; False: per-centre selection
+    weighted: bool  # True: importance-weighted aggregation of the uploads; False: per-centre selection
     importance: np.ndarray  # u, (K, S), rows sum to one
     num_samples: np.ndarray  # n_k, (K,)
     weights: np.ndarray  # v, (S, K), rows sum to one
@@ -99,8 +107,7 @@ class FedSoft(AlgorithmDefaults):
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedSoftState:
         if len(independent) != self.params.centers:
             raise ValueError(f"FedSoft needs {self.params.centers} independent centres, got {len(independent)}")
-        mode = self.params.selection_mode
-        weighted = mode == "weighted" or (mode == "auto" and self.params.selection >= num_clients)
+        weighted = self.params.selection_mode != "select"
         centres = self.params.centers
         importance = np.full((num_clients, centres), 1.0 / centres)
         num_samples = np.ones(num_clients)
@@ -119,13 +126,11 @@ class FedSoft(AlgorithmDefaults):
             f"fedsoft: {self.params.centers} centres start from independently seeded models (symmetry breaking); "
             "client models start from the shared initial model"
         ]
-        if state.weighted and self.params.selection_mode == "auto":
-            events.append(
-                f"fedsoft: selection {k_sel} >= {k} clients would select every client for every centre and collapse "
-                "the centres to one average; using no selection: all clients train, c_s = sum_k v_sk w_k"
-            )
-        elif state.weighted:
-            events.append("fedsoft: selection_mode=weighted: all clients train, c_s = sum_k v_sk w_k")
+        mode = self.params.selection_mode
+        if mode == "sampled":
+            events.append("fedsoft: selection_mode=sampled: the runtime's per-round sample trains, c_s = sum_k v_sk w_k over its uploads")
+        elif mode == "all_clients":
+            events.append("fedsoft: selection_mode=all_clients: every online client trains every round, c_s = sum_k v_sk w_k")
         else:
             events.append(
                 f"fedsoft: per-centre selection of {min(k_sel, k)} of {k} clients drawn with probabilities v_s "
@@ -148,10 +153,11 @@ class FedSoft(AlgorithmDefaults):
         return RoundNotes(events=(*events, f"fedsoft: importance re-estimated; clients per dominant centre {dominant.tolist()}"))
 
     def select(self, state: FedSoftState, round_index: int, sampled: list[int], online: list[int]) -> list[int]:
-        """Per-centre draws replace the uniform sample; only clients online this round can be drawn."""
+        """The runtime's sample ("sampled"), every online client ("all_clients"), or
+        per-centre draws among the online clients ("select")."""
         if state.weighted:
             state.selections = None
-            return sorted(online)
+            return sorted(online) if self.params.selection_mode == "all_clients" else sorted(sampled)
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, round_index, SELECTION_STREAM]))
         weights = np.zeros_like(state.weights)
         weights[:, online] = state.weights[:, online]

@@ -123,13 +123,18 @@ class FedCEParams(Section):
 
 class FedSoftParams(Section):
     centers: int = Field(3, ge=1)  # S
-    proximal: float = Field(0.1, ge=0.0)  # lambda
+    # lambda, re-derived for momentum SGD (docs/baselines.md, FedSoft): 0.1 from Adam at
+    # lr 1e-4 ties every model to its randomly initialised centres under SGD at lr 0.05
+    proximal: float = Field(0.01, ge=0.0)
     importance_every: int = Field(2, ge=1)  # tau, in rounds
     smoothing: float = Field(1.0e-4, ge=0.0)  # sigma
-    selection: int = Field(20, ge=1)  # K_sel clients per centre
-    # "auto": per-centre selection when K_sel < number of clients, else importance-weighted
-    # aggregation over all clients (logged); "select" / "weighted" force one.
-    selection_mode: Literal["auto", "select", "weighted"] = "auto"
+    selection: int = Field(20, ge=1)  # K_sel clients per centre ("select" mode)
+    # "sampled": the runtime's per-round sample trains (the same budget as every other
+    # method) and each centre is the importance-weighted average of those uploads;
+    # "select": each centre draws K_sel clients with probabilities v_s (the union trains);
+    # "all_clients": every online client trains every round (about 1/participation times
+    # the budget; reported as its own method, fedsoft-all)
+    selection_mode: Literal["sampled", "select", "all_clients"] = "sampled"
 
 
 class IFCAParams(Section):
