@@ -199,6 +199,65 @@ def sweep(
 
 
 @app.command()
+def calibrate(
+    scenario_file: Path = typer.Argument(..., help="The scenario (setting) to calibrate the knob on."),
+    key: str = typer.Option(..., "--key", help="The knob, a dotted scenario key, e.g. algorithm.pacfl.threshold."),
+    values: str = typer.Option(..., "--values", help="Comma-separated values to try, e.g. 1.5,2.5,4."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="The method to run (default: the scenario's own)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds (default: the scenario's own)."),
+    overrides: Optional[List[str]] = SetOption,
+    out: Path = typer.Option(..., "--out", help="Sweep folder for the calibration runs (rerun to resume)."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Write the calibration table (Markdown) to this file."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", help="Runs at once (default: as for sweep)."),
+) -> None:
+    """Run one knob over a list of values on one setting and tabulate, per value, the
+    groups found, their ARI against the planted groups, the accuracy and the budget."""
+    from hdcfl_ray.sweep.calibration import calibration_runs
+    from hdcfl_ray.sweep.grid import parse_list
+    from hdcfl_ray.sweep.runner import ClusterLostError, run_sweep
+
+    try:
+        if not scenario_file.is_file():
+            raise ScenarioError(f"{scenario_file}: no such file")
+        seed_list = parse_list(seeds, "--seeds")
+        try:
+            seed_values = tuple(int(s) for s in seed_list) if seed_list else None
+        except ValueError:
+            raise ScenarioError(f"--seeds {seeds!r}: give integers, e.g. 42,123,2026") from None
+        value_list = parse_list(values, "--values") or ()
+        runs = calibration_runs(scenario_file, key, value_list, algorithm, seed_values, tuple(overrides or ()), out)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    console = Console()
+    console.print(f"calibrate {key}: {len(runs)} runs ({len(value_list)} values) into {out}")
+    finished = {"count": 0}
+
+    def progress(run_key: str, status: str) -> None:
+        if status not in ("started", "resuming"):
+            finished["count"] += 1
+        console.print(f"[{finished['count']}/{len(runs)}] {run_key}: {status}", highlight=False)
+
+    try:
+        outcome = run_sweep(runs, out, runs[0].scenario.runtime, parallel, progress)
+    except ClusterLostError as error:
+        console.print(f"error: {error}", highlight=False)
+        raise typer.Exit(EXIT_RUN_FAILED) from None
+    from analysis.calibration_table import calibration_table
+    from analysis.report_tables import to_markdown, to_rich
+    from analysis.runs import load_runs
+
+    table = calibration_table(load_runs([run.run_dir for run in runs if run.run_dir.exists()]), key)
+    for rendered in to_rich([table]):
+        console.print(rendered)
+    if report_file is not None:
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        report_file.write_text(to_markdown([table]))
+        console.print(f"calibration table written to {report_file}")
+    if outcome.failed:
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+@app.command()
 def report(
     paths: List[Path] = typer.Argument(..., help="Run directories, sweep folders, or folders that hold run directories."),
     output_format: str = typer.Option("table", "--format", help="table (terminal), md, csv or latex."),

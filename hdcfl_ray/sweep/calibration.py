@@ -1,0 +1,52 @@
+"""Calibrating one data-dependent knob on one setting: the runs of a sweep over its
+values (each a setting of its own, named `<scenario>.<knob>-<value>`), so that a
+threshold, a proximal coefficient or a cluster count is chosen on the setting it
+is used in, with the evidence (groups found, ARI against the planted groups,
+accuracy, budget) in one table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hdcfl_ray.config.loading import read_scenario_file
+from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.sweep.grid import SweepPlan, SweepRun, expand
+
+_UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def variant_name(setting: str, key: str, value: str) -> str:
+    """`cpu-c10-ls3` + `algorithm.pacfl.threshold` + `2.5` -> `cpu-c10-ls3.threshold-2.5`
+    (reports read `base.variant` as a variant of `base`)."""
+    leaf = key.rsplit(".", 1)[-1]
+    text = _UNSAFE_NAME_CHARACTERS.sub("_", value.strip()).strip("_") or "empty"
+    return f"{setting}.{leaf}-{text}"
+
+
+def calibration_runs(
+    scenario_file: Path,
+    key: str,
+    values: tuple[str, ...],
+    algorithm: str | None,
+    seeds: tuple[int, ...] | None,
+    overrides: tuple[str, ...],
+    out: Path,
+) -> list[SweepRun]:
+    """One validated run per (value, seed); errors name the value that is invalid."""
+    if not key or "=" in key:
+        raise ScenarioError(f"--key {key!r}: give one dotted scenario key, e.g. algorithm.pacfl.threshold")
+    if not values:
+        raise ScenarioError("--values: give a comma-separated list of values, e.g. 1.5,2.5,4")
+    setting = str(read_scenario_file(scenario_file).get("name", scenario_file.stem))
+    for override in overrides:
+        if override.split("=", 1)[0].strip() == "name":
+            setting = override.split("=", 1)[1].strip()
+    runs: list[SweepRun] = []
+    for value in values:
+        variant = (*overrides, f"{key}={value}", f"name={variant_name(setting, key, value)}")
+        try:
+            runs += expand(SweepPlan((scenario_file,), (algorithm,) if algorithm else None, seeds, variant, out))
+        except ScenarioError as error:
+            raise ScenarioError(f"--values: {key}={value}: {error}") from None
+    return runs
