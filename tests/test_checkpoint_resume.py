@@ -139,3 +139,201 @@ def test_killing_the_simulate_process_and_resuming_matches_the_uninterrupted_run
     for column in METRICS:
         assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column
     assert pq.read_table(killed / "rounds.parquet").column("round").to_pylist() == [1, 2, 3, 4, 5, 6]
+
+
+# --- checkpoints that can be trusted after a crash ---------------------------------
+
+
+def _truncate(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _two_checkpoints(run_dir):
+    run_dir.mkdir(exist_ok=True)
+    for round_index in (1, 2):
+        write_checkpoint(run_dir, {"round": round_index, "weights": np.full(64, float(round_index))})
+
+
+def test_writing_a_checkpoint_keeps_the_one_before_it(tmp_path):
+    _two_checkpoints(tmp_path)
+    assert read_checkpoint(tmp_path)["round"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "checkpoint.prev"]  # no staging left over
+    write_checkpoint(tmp_path, {"round": 3})
+    assert read_checkpoint(tmp_path)["round"] == 3
+    assert (tmp_path / "checkpoint.prev" / "state.json").read_text().count('"round": 2') == 1
+
+
+@pytest.mark.parametrize("damaged_file", ["arrays.npz", "state.json"])
+def test_a_truncated_newest_checkpoint_is_named_and_the_previous_one_is_used(tmp_path, damaged_file):
+    from hdcfl_ray.checkpoint.store import find_checkpoint
+
+    _two_checkpoints(tmp_path)
+    _truncate(tmp_path / "checkpoint" / damaged_file)
+    search = find_checkpoint(tmp_path)
+    assert search.found is not None and search.found.directory == tmp_path / "checkpoint.prev"
+    assert search.found.payload()["round"] == 1
+    (damaged,) = search.damaged
+    assert damaged.file == tmp_path / "checkpoint" / damaged_file
+    assert "truncated" in damaged.describe()
+
+
+def test_an_altered_array_file_is_caught_by_its_digest(tmp_path):
+    from hdcfl_ray.checkpoint.store import find_checkpoint
+
+    _two_checkpoints(tmp_path)
+    arrays = tmp_path / "checkpoint" / "arrays.npz"
+    data = bytearray(arrays.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    arrays.write_bytes(bytes(data))
+    search = find_checkpoint(tmp_path)
+    assert search.found.payload()["round"] == 1 and "SHA-256" in search.damaged[0].reason
+
+
+def test_when_every_checkpoint_is_damaged_the_error_names_each_file_and_the_fix(tmp_path):
+    from hdcfl_ray.checkpoint.store import CheckpointDamagedError
+
+    _two_checkpoints(tmp_path)
+    _truncate(tmp_path / "checkpoint" / "arrays.npz")
+    (tmp_path / "checkpoint.prev" / "state.json").write_text("")
+    with pytest.raises(CheckpointDamagedError) as caught:
+        read_checkpoint(tmp_path)
+    message = str(caught.value)
+    assert str(tmp_path / "checkpoint" / "arrays.npz") in message
+    assert str(tmp_path / "checkpoint.prev" / "state.json") in message
+    assert "delete" in message and "--resume" in message
+
+
+def test_a_crash_while_writing_a_checkpoint_leaves_the_last_complete_one(tmp_path, monkeypatch):
+    import hdcfl_ray.checkpoint.store as store
+
+    _two_checkpoints(tmp_path)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(store, "_rotate_in", killed)  # staging written, never rotated in
+    with pytest.raises(KeyboardInterrupt):
+        write_checkpoint(tmp_path, {"round": 3})
+    assert read_checkpoint(tmp_path)["round"] == 2
+
+
+def test_a_crash_between_the_two_renames_resumes_from_the_previous_checkpoint(tmp_path):
+    import os
+
+    _two_checkpoints(tmp_path)
+    os.replace(tmp_path / "checkpoint.prev", tmp_path / ".checkpoint.discard")
+    os.replace(tmp_path / "checkpoint", tmp_path / "checkpoint.prev")  # the newest moved, the staging not yet in
+    assert read_checkpoint(tmp_path)["round"] == 2
+    write_checkpoint(tmp_path, {"round": 3})  # the next write tidies up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "checkpoint.prev"]
+
+
+def test_the_manifest_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from hdcfl_ray.logs.manifest import update_manifest
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"status": "running"}))
+
+    def power_cut(descriptor):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "fsync", power_cut)
+    with pytest.raises(OSError):
+        update_manifest(tmp_path, status="completed")
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {"status": "running"}
+
+
+def _stopped_local_run(tmp_path, write_scenario, rounds=4, stop_after=3):
+    """A tiny local-backend run with a checkpoint every round, stopped after `stop_after`
+    rounds, and the uninterrupted reference run of the same scenario."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    data = tiny_scenario(protocol={"rounds": rounds}, checkpoint={"every": 1}, runtime={"backend": "local"})
+    path = write_scenario(data)
+    reference = tmp_path / "reference"
+    result = CliRunner().invoke(app, ["simulate", str(path), "--out", str(reference), "--quiet"])
+    assert result.exit_code == 0, result.output
+    stopped = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        run_simulation(prepare_run(build_scenario(data)), stopped, StopAfterRound(stop_after))
+    return reference, stopped
+
+
+def _assert_same_client_metrics(reference, got_dir):
+    keys = [("round", "ascending"), ("client_id", "ascending")]
+    ref = pq.read_table(reference / "clients.parquet").sort_by(keys)
+    got = pq.read_table(got_dir / "clients.parquet").sort_by(keys)
+    assert got.num_rows == ref.num_rows
+    for column in METRICS:
+        assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column
+    for table in ("rounds", "refresh", "updates"):
+        assert pq.read_table(got_dir / f"{table}.parquet").num_rows == pq.read_table(reference / f"{table}.parquet").num_rows, table
+
+
+@pytest.mark.slow
+def test_resume_with_a_truncated_checkpoint_names_it_and_continues_from_the_previous_one(tmp_path, write_scenario):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    reference, stopped = _stopped_local_run(tmp_path, write_scenario)  # checkpoints of rounds 2 and 3 on disk
+    _truncate(stopped / "checkpoint" / "arrays.npz")
+    result = CliRunner().invoke(app, ["simulate", "--resume", str(stopped), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert str(stopped / "checkpoint" / "arrays.npz") in result.output and "previous checkpoint" in result.output
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["resumed_from_round"] == 2
+    assert manifest["damaged_checkpoints"] and "arrays.npz" in manifest["damaged_checkpoints"][0]
+    _assert_same_client_metrics(reference, stopped)  # round 3 was redone once, not logged twice
+
+
+def test_an_empty_manifest_stops_resume_with_exit_2_naming_the_file(tmp_path, write_scenario):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "scenario.yaml").write_text(__import__("yaml").safe_dump(tiny_scenario()))
+    (run_dir / "manifest.json").write_text("")
+    result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert "manifest.json" in result.output and "empty" in result.output and "delete it" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_a_deleted_manifest_is_written_anew_by_resume(tmp_path, write_scenario):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    reference, stopped = _stopped_local_run(tmp_path, write_scenario, rounds=3, stop_after=2)
+    (stopped / "manifest.json").unlink()
+    result = CliRunner().invoke(app, ["simulate", "--resume", str(stopped), "--quiet"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and "manifest_rewritten_at_resume" in manifest and manifest["packages"]
+    _assert_same_client_metrics(reference, stopped)
+
+
+def test_resume_refuses_to_change_a_setting_that_is_not_a_runtime_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "scenario.yaml").write_text(__import__("yaml").safe_dump(tiny_scenario()))
+    result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--set", "protocol.optimizer.lr=0.01"])
+    assert result.exit_code == 2, result.output
+    assert "only runtime.* keys" in result.output

@@ -1,4 +1,5 @@
-"""manifest.json: what produced a run (versions, seed, hardware, git revision)."""
+"""manifest.json: what produced a run (versions, seed, hardware, git revision) and its
+status; always replaced whole (temporary file, fsync, rename), never edited in place."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hdcfl_ray.durable_files import write_text_durably
+from hdcfl_ray.errors import ScenarioError
+
+MANIFEST = "manifest.json"
 _PACKAGES = ("hdcfl-ray", "torch", "torchvision", "ray", "numpy", "scikit-learn", "pyarrow", "pydantic")
 
 
@@ -65,14 +70,29 @@ def write_manifest(run_dir: Path, seed: int, scenario_name: str, extra: dict[str
         "git_revision": git_revision(Path(__file__).resolve().parent),
         **extra,
     }
-    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    write_text_durably(run_dir / MANIFEST, json.dumps(manifest, indent=2, default=str))
+    return manifest
+
+
+def read_manifest(run_dir: Path, fix: str | None = None) -> dict[str, Any] | None:
+    """The run's manifest, or None when it has none; a damaged one (empty, truncated,
+    not a JSON object) is a ScenarioError naming the file and `fix` (what to do)."""
+    path = Path(run_dir) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, OSError) as exc:
+        manifest, problem = None, f"{type(exc).__name__}: {exc}" if path.stat().st_size else "the file is empty"
+    else:
+        problem = None if isinstance(manifest, dict) else "not a JSON object"
+    if problem is not None:
+        remedy = fix or f"it only records provenance and status: delete it and resume with `hdcfl-ray simulate --resume {run_dir}`, which writes a new one"
+        raise ScenarioError(f"{path}: damaged manifest ({problem}); {remedy}")
     return manifest
 
 
 def update_manifest(run_dir: Path, **fields: Any) -> None:
-    path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text()) if path.exists() else {}
+    manifest = read_manifest(run_dir) or {}
     manifest.update(fields)
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(temporary, path)
+    write_text_durably(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=2, default=str))

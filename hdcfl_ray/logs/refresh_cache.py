@@ -39,6 +39,21 @@ def save_refresh_cache(run_dir: Path, round_index: int, arrays: dict[str, Any] |
     temporary.replace(directory / f"round-{round_index:06d}.npz")
 
 
+def drop_refresh_caches_after(run_dir: Path, last_round: int) -> int:
+    """Remove caches saved after `last_round` (and unfinished temporary ones) when a run
+    resumes from the checkpoint of that round; returns how many were removed."""
+    directory = Path(run_dir) / DIRECTORY
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for path in directory.iterdir():
+        stem = path.name.lstrip(".").removesuffix(".npz").removeprefix("round-")
+        if path.name.startswith(".") or (stem.isdigit() and int(stem) > last_round):
+            path.unlink()
+            removed += 1
+    return removed
+
+
 def read_refresh_caches(run_dir: Path, purpose: str) -> list[SavedRefresh]:
     """The saved refreshes of a run, in round order; `purpose` names the command in errors."""
     directory = Path(run_dir) / DIRECTORY

@@ -19,10 +19,11 @@ from hdcfl_ray.data.partitions import build_partition, check_partition_against_d
 from hdcfl_ray.data.partitions.client_data import Partition
 from hdcfl_ray.data.sources import load_dataset
 from hdcfl_ray.errors import ScenarioError
-from hdcfl_ray.logs.manifest import update_manifest, write_manifest
+from hdcfl_ray.durable_files import write_text_durably
+from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest, write_manifest
 from hdcfl_ray.logs.round_rows import RoundRowBuilder
-from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
-from hdcfl_ray.logs.refresh_cache import save_refresh_cache
+from hdcfl_ray.checkpoint.store import CheckpointSearch, find_checkpoint, write_checkpoint
+from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
 from hdcfl_ray.runtime.backends import LocalBackend, RayBackend, choose_backend
 
@@ -91,13 +92,9 @@ def resumable_run(run_dir: Path) -> Scenario:
 
     if not (run_dir / "scenario.yaml").is_file():
         raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
-    manifest_path = run_dir / "manifest.json"
-    if manifest_path.is_file():
-        import json
-
-        status = json.loads(manifest_path.read_text()).get("status")
-        if status == "completed":
-            raise ScenarioError(f"--resume {run_dir}: this run is already complete")
+    manifest = read_manifest(run_dir)
+    if manifest is not None and manifest.get("status") == "completed":
+        raise ScenarioError(f"--resume {run_dir}: this run is already complete")
     return load_scenario(run_dir / "scenario.yaml")
 
 
@@ -111,39 +108,64 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     """Run a scenario into `run_dir`; with `resume`, continue the run already there
     from its last checkpoint (rows written after it are replaced, never duplicated)."""
     scenario = prepared.scenario
-    if not resume:
+    checkpoint: CheckpointSearch | None = None
+    if resume:
+        # read and verify the checkpoint files before any backend starts: a damaged
+        # newest one is passed over for the previous one, and said so
+        checkpoint = find_checkpoint(run_dir)
+        _report_damaged_checkpoints(checkpoint, observer)
+    else:
         claim_run_dir(run_dir)
-        (run_dir / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+        write_text_durably(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
     if choose_backend(scenario.runtime) == "local":
-        summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, resume)
+        summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
     else:
         from hdcfl_ray.runtime.ray_session import RaySession  # Ray is imported only for a Ray run
 
         with RaySession(scenario.runtime) as session:
-            summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, resume)
+            summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint)
     update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     if observer is not None:
         observer.on_finish(summary)
     return summary
 
 
+def _report_damaged_checkpoints(search: CheckpointSearch, observer: RunObserver | None) -> None:
+    if not search.damaged or observer is None or not hasattr(observer, "on_notice"):
+        return
+    assert search.found is not None  # find_checkpoint raises when every checkpoint is damaged
+    for damaged in search.damaged:
+        observer.on_notice(
+            f"checkpoint {damaged.describe()}; resuming from the previous checkpoint {search.found.directory} (round {search.found.round})"
+        )
+
+
 def _run_with(
-    start_backend: Callable[[], LocalBackend | RayBackend], prepared: PreparedRun, run_dir: Path, observer: RunObserver | None, resume: bool
+    start_backend: Callable[[], LocalBackend | RayBackend],
+    prepared: PreparedRun,
+    run_dir: Path,
+    observer: RunObserver | None,
+    checkpoint: CheckpointSearch | None,
 ) -> RunSummary:
     started = time.perf_counter()
-    if resume:
+    resume = checkpoint is not None
+    if resume and (run_dir / MANIFEST).is_file():
         update_manifest(run_dir, status="running", resumed_at=datetime.now().isoformat(timespec="seconds"))
-    else:
-        write_manifest(
+    else:  # a new run, or a resumed one whose manifest was deleted (it was damaged): write it anew
+        extra: dict[str, Any] = {"status": "running", "dataset": _dataset_facts(prepared)}
+        if resume:
+            extra["manifest_rewritten_at_resume"] = datetime.now().isoformat(timespec="seconds")
+        write_manifest(run_dir, seed=prepared.scenario.seed, scenario_name=prepared.scenario.name, extra=extra)
+    if checkpoint is not None:
+        update_manifest(
             run_dir,
-            seed=prepared.scenario.seed,
-            scenario_name=prepared.scenario.name,
-            extra={"status": "running", "dataset": _dataset_facts(prepared)},
+            resumed_from_round=checkpoint.found.round if checkpoint.found is not None else 0,
+            damaged_checkpoints=[damaged.describe() for damaged in checkpoint.damaged],
         )
     try:
         backend = start_backend()
         try:
-            return _run_rounds(prepared, run_dir, backend, observer, resume, started)
+            return _run_rounds(prepared, run_dir, backend, observer, checkpoint, started)
         finally:
             backend.close()
     except BaseException as exc:
@@ -152,7 +174,12 @@ def _run_with(
 
 
 def _run_rounds(
-    prepared: PreparedRun, run_dir: Path, backend: LocalBackend | RayBackend, observer: RunObserver | None, resume: bool, started: float
+    prepared: PreparedRun,
+    run_dir: Path,
+    backend: LocalBackend | RayBackend,
+    observer: RunObserver | None,
+    checkpoint: CheckpointSearch | None,
+    started: float,
 ) -> RunSummary:
     scenario = prepared.scenario
     update_manifest(
@@ -172,8 +199,8 @@ def _run_rounds(
     refresh_row: dict[str, Any] | None = None
     last_refresh: dict[str, Any] | None = None
     first_round = 1
-    if resume:
-        first_round, started = _resume_from_checkpoint(run_dir, backend, rows, started)
+    if checkpoint is not None:
+        first_round, started = _resume_from_checkpoint(run_dir, checkpoint, backend, rows, started)
         if observer is not None and hasattr(observer, "skip_rounds"):
             observer.skip_rounds(first_round - 1)
     every = scenario.checkpoint.every
@@ -216,15 +243,21 @@ def _run_rounds(
     )
 
 
-def _resume_from_checkpoint(run_dir: Path, backend: LocalBackend | RayBackend, rows: RoundRowBuilder, started: float) -> tuple[int, float]:
-    """Restore the server and the row builder; returns (first round to run, clock start)."""
-    checkpoint = read_checkpoint(run_dir, put=backend.put)
-    if checkpoint is None:  # killed before the first checkpoint: start over, keeping nothing
+def _resume_from_checkpoint(
+    run_dir: Path, search: CheckpointSearch, backend: LocalBackend | RayBackend, rows: RoundRowBuilder, started: float
+) -> tuple[int, float]:
+    """Restore the server and the row builder; returns (first round to run, clock start).
+    Everything logged after the checkpoint's round goes, so the rounds that are redone
+    are written once; this holds for the previous checkpoint as well as the newest."""
+    if search.found is None:  # killed before the first checkpoint: start over, keeping nothing
         drop_parts_after(run_dir, 0)
+        drop_refresh_caches_after(run_dir, 0)
         return 1, started
+    checkpoint = search.found.payload(put=backend.put)
     backend.call("restore", checkpoint["server"])
     rows.restore(checkpoint["rows"])
     drop_parts_after(run_dir, checkpoint["round"])
+    drop_refresh_caches_after(run_dir, checkpoint["round"])
     return checkpoint["round"] + 1, started - checkpoint["elapsed_s"]
 
 

@@ -38,6 +38,10 @@ class QuietObserver:
     def on_finish(self, summary: Any) -> None:
         pass
 
+    def on_notice(self, text: str) -> None:
+        """Something the user must know even in a quiet run (e.g. a damaged checkpoint passed over)."""
+        Console(stderr=True).print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+
 
 class LiveView:
     def __init__(self, console: Console | None = None) -> None:
@@ -68,6 +72,9 @@ class LiveView:
         self.task_id = self.progress.add_task(scenario.name, total=scenario.protocol.rounds)
         self.live = Live(Group(self.progress, self.status), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
+
+    def on_notice(self, text: str) -> None:
+        self.console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
 
     def skip_rounds(self, count: int) -> None:
         """A resumed run starts its progress bar at the checkpoint."""
