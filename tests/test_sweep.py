@@ -107,3 +107,172 @@ def test_a_sweep_whose_ray_cluster_dies_stops_and_stays_resumable(tmp_path, monk
     assert len(attempted) == 1  # the other runs were not started into a dead cluster
     index = json.loads((tmp_path / "index.json").read_text())
     assert {entry["status"] for entry in index["runs"]} == {"pending"}
+
+
+# --- a rerun never mixes settings -----------------------------------------------
+
+
+def _fabricate_runs(runs, status="completed"):
+    """Run folders as a finished (or killed) earlier sweep leaves them, without running."""
+    from hdcfl_ray.config.loading import scenario_to_yaml
+
+    for run in runs:
+        run.run_dir.mkdir(parents=True)
+        (run.run_dir / "scenario.yaml").write_text(scenario_to_yaml(run.scenario))
+        (run.run_dir / "manifest.json").write_text(json.dumps({"status": status}))
+        if status != "completed":
+            (run.run_dir / "rounds.parquet").mkdir()
+
+
+def _plan(path, out, *overrides):
+    return SweepPlan((path,), ("fedavg_se", "hdcfl"), (1, 2), ("protocol.rounds=3", *overrides), out)
+
+
+def test_a_rerun_with_more_rounds_over_a_finished_sweep_stops_with_exit_2_and_lists_the_key(write_scenario, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    _fabricate_runs(expand(_plan(path, out)))
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    result = CliRunner().invoke(
+        app, ["sweep", str(path), "--algorithms", "fedavg_se,hdcfl", "--seeds", "1,2", "--set", "protocol.rounds=4", "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.count("protocol.rounds: 3 -> 4") == 4
+    for key in ("tiny/fedavg_se/seed1", "tiny/fedavg_se/seed2", "tiny/hdcfl/seed1", "tiny/hdcfl/seed2"):
+        assert key in result.output
+    assert "--replace-changed" in result.output and "skipped" not in result.output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing ran, nothing was written
+
+
+def test_a_killed_run_is_not_resumed_with_another_learning_rate(write_scenario, tmp_path):
+    from hdcfl_ray.sweep.changes import SettingsChangedError
+
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    _fabricate_runs(expand(_plan(path, out))[:1], status="running")  # killed after round 2
+    runs = expand(_plan(path, out, "protocol.optimizer.lr=0.01"))
+    with pytest.raises(SettingsChangedError) as caught:
+        run_sweep(runs, out, runs[0].scenario.runtime)
+    message = str(caught.value)
+    assert "tiny/fedavg_se/seed1 (partial" in message and "protocol.optimizer.lr: 0.05 -> 0.01" in message
+    assert "tiny/hdcfl" not in message  # runs not on disk yet are not in the way
+
+
+def test_runtime_keys_checkpoint_frequency_and_output_dir_may_differ_on_a_rerun(write_scenario, tmp_path, monkeypatch):
+    import hdcfl_ray.sweep.runner as runner
+
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    _fabricate_runs(expand(_plan(path, out)))
+    monkeypatch.setattr(runner, "RaySession", None)  # a sweep with nothing to do starts no cluster
+    runs = expand(_plan(path, out, "runtime.num_cpus_per_actor=2", "runtime.backend=local", "checkpoint.every=1", "output.dir=elsewhere"))
+    outcome = run_sweep(runs, out, runs[0].scenario.runtime)
+    assert sorted(outcome.skipped) == sorted(run.key for run in runs) and not outcome.completed
+
+
+def test_a_run_folder_whose_scenario_cannot_be_read_is_listed_as_changed(write_scenario, tmp_path):
+    from hdcfl_ray.sweep.changes import SettingsChangedError
+
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    runs = expand(_plan(path, out))
+    _fabricate_runs(runs[:1])
+    (runs[0].run_dir / "scenario.yaml").write_text("name: tiny\nnot_a_key: 1\n")
+    with pytest.raises(SettingsChangedError, match="not readable as a scenario"):
+        run_sweep(runs, out, runs[0].scenario.runtime)
+
+
+def test_a_damaged_manifest_in_a_sweep_folder_is_named_before_anything_runs(write_scenario, tmp_path):
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    runs = expand(_plan(path, out))
+    _fabricate_runs(runs[:1])
+    (runs[0].run_dir / "manifest.json").write_text('{"status": "compl')
+    with pytest.raises(ScenarioError, match="manifest.json: damaged manifest") as caught:
+        run_sweep(runs, out, runs[0].scenario.runtime)
+    assert str(runs[0].run_dir / "manifest.json") in str(caught.value) and "rerun the sweep" in str(caught.value)
+
+
+class _FakeCluster:
+    def __init__(self, runtime) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    cpus = 2.0
+
+
+def _record_runs(monkeypatch):
+    import hdcfl_ray.sweep.runner as runner
+
+    started: list[tuple[str, bool, bool]] = []
+
+    def simulate(prepared, run_dir, observer, resume=False):
+        started.append((str(run_dir), resume, run_dir.exists() and any(run_dir.iterdir())))
+
+    monkeypatch.setattr(runner, "RaySession", _FakeCluster)
+    monkeypatch.setattr(runner, "run_simulation", simulate)
+    monkeypatch.setattr(runner, "prepare_run", lambda scenario, dataset: None)
+    monkeypatch.setattr(runner.DatasetCache, "get", lambda self, scenario: None)
+    return started
+
+
+def test_replace_changed_moves_the_old_runs_beside_the_sweep_folder_and_starts_them_afresh(write_scenario, tmp_path, monkeypatch):
+    started = _record_runs(monkeypatch)
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    _fabricate_runs(expand(_plan(path, out)))
+    runs = expand(_plan(path, out, "protocol.rounds=4"))
+    notes: list[str] = []
+    outcome = run_sweep(runs, out, runs[0].scenario.runtime, parallel=1, on_progress=lambda key, status: notes.append(status), replace_changed=True)
+    assert sorted(outcome.completed) == sorted(run.key for run in runs)
+    assert all(not resume and not occupied for _, resume, occupied in started)  # fresh runs into empty folders
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("sw.replaced-")]
+    moved = aside / "tiny" / "hdcfl" / "seed2" / "scenario.yaml"
+    assert "rounds: 3" in moved.read_text()
+    assert sum("the old run moved to" in note for note in notes) == 4
+
+
+def test_a_run_killed_before_it_began_is_started_afresh(write_scenario, tmp_path, monkeypatch):
+    from hdcfl_ray.config.loading import scenario_to_yaml
+
+    started = _record_runs(monkeypatch)
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    (run,) = expand(SweepPlan((path,), ("hdcfl",), (1,), (), out))
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "scenario.yaml").write_text(scenario_to_yaml(run.scenario))  # killed before its manifest
+    run_sweep([run], out, run.scenario.runtime)
+    assert started == [(str(run.run_dir), False, False)]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_a_killed_sweep_rerun_with_unchanged_settings_resumes_to_the_uninterrupted_rows(write_scenario, tmp_path):
+    import pyarrow.parquet as pq
+
+    from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+    from tests.test_checkpoint_resume import METRICS, StopAfterRound
+
+    path = write_scenario(tiny_scenario(protocol={"rounds": 4}, checkpoint={"every": 1}))
+    (run,) = expand(SweepPlan((path,), ("hdcfl",), (1,), (), tmp_path / "sw"))
+    reference = tmp_path / "reference"
+    run_simulation(prepare_run(run.scenario), reference)
+    with pytest.raises(KeyboardInterrupt):
+        run_simulation(prepare_run(run.scenario), run.run_dir, StopAfterRound(2))
+    outcome = run_sweep([run], tmp_path / "sw", run.scenario.runtime)
+    assert outcome.completed == [run.key]
+    keys = [("round", "ascending"), ("client_id", "ascending")]
+    ref = pq.read_table(reference / "clients.parquet").sort_by(keys)
+    got = pq.read_table(run.run_dir / "clients.parquet").sort_by(keys)
+    assert got.num_rows == ref.num_rows
+    for column in METRICS:
+        assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column

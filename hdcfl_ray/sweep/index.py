@@ -4,20 +4,34 @@ rewritten atomically as runs finish, so a crashed sweep knows what is done."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from hdcfl_ray.durable_files import write_text_durably
+from hdcfl_ray.logs.manifest import read_manifest
 from hdcfl_ray.sweep.grid import SweepRun
+
+# What a run folder holds before its run has computed anything: the resolved scenario.
+_UNSTARTED_FILES = frozenset({"scenario.yaml", ".scenario.yaml.tmp"})
 
 
 def run_status(run: SweepRun) -> str:
-    """completed | partial (a killed run: resumable) | pending."""
-    manifest = run.run_dir / "manifest.json"
-    if not manifest.is_file():
+    """completed | partial (a killed run: resumable) | pending (nothing computed yet).
+    A damaged manifest is a ScenarioError naming the file, raised before anything runs."""
+    if not run.run_dir.is_dir() or is_unstarted(run.run_dir):
         return "pending"
-    status = json.loads(manifest.read_text()).get("status")
-    return "completed" if status == "completed" else "partial"
+    manifest = read_manifest(
+        run.run_dir,
+        fix="it only records provenance and status: delete it and rerun the sweep, which resumes this run from its checkpoint",
+    )
+    if manifest is None:  # killed after logging began but before the manifest: resume
+        return "partial"
+    return "completed" if manifest.get("status") == "completed" else "partial"
+
+
+def is_unstarted(run_dir: Path) -> bool:
+    """A run folder killed before its run wrote anything but the scenario."""
+    return {path.name for path in run_dir.iterdir()} <= _UNSTARTED_FILES
 
 
 def write_index(out: Path, runs: list[SweepRun], statuses: dict[str, str]) -> Path:
@@ -33,7 +47,5 @@ def write_index(out: Path, runs: list[SweepRun], statuses: dict[str, str]) -> Pa
     ]
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.json"
-    temporary = out / ".index.json.tmp"
-    temporary.write_text(json.dumps({"runs": entries}, indent=1))
-    os.replace(temporary, path)
+    write_text_durably(path, json.dumps({"runs": entries}, indent=1))
     return path

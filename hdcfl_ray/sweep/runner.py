@@ -1,5 +1,6 @@
 """Running a sweep: one Ray session for every run, runs in parallel when the
-cluster has room for more than one, completed runs skipped, killed runs resumed."""
+cluster has room for more than one, completed runs skipped, killed runs resumed,
+and neither done for a run on disk made with other settings."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources import load_dataset
 from hdcfl_ray.runtime.ray_session import RaySession
 from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.sweep.changes import SettingsChangedError, changed_runs, move_aside, settings_changed_message
 from hdcfl_ray.sweep.grid import SweepRun
-from hdcfl_ray.sweep.index import run_status, write_index
+from hdcfl_ray.sweep.index import is_unstarted, run_status, write_index
 from hdcfl_ray.terminal.live_view import QuietObserver
 
 
@@ -57,9 +59,19 @@ def run_sweep(
     runtime: RuntimeConfig,
     parallel: int | None = None,
     on_progress: Callable[[str, str], None] | None = None,
+    replace_changed: bool = False,
 ) -> SweepOutcome:
+    """Raises SettingsChangedError, before anything runs, when runs on disk were made
+    with other settings; with `replace_changed` those are moved aside and run afresh."""
     outcome = SweepOutcome()
     statuses = {run.key: run_status(run) for run in runs}
+    changed = changed_runs(runs, statuses)
+    if changed and not replace_changed:
+        raise SettingsChangedError(settings_changed_message(changed, out))
+    for key, destination in move_aside(changed, out).items():
+        statuses[key] = "pending"
+        if on_progress:
+            on_progress(key, f"settings changed: the old run moved to {destination}; starting afresh")
     write_index(out, runs, statuses)
     lock = threading.Lock()
     datasets = DatasetCache()
@@ -85,6 +97,8 @@ def run_sweep(
                 limit = min(actors_per_run, scenario.runtime.max_actors or actors_per_run)
                 scenario = scenario.model_copy(update={"runtime": scenario.runtime.model_copy(update={"max_actors": limit})})
             resume = statuses[run.key] == "partial"
+            if not resume and run.run_dir.is_dir() and is_unstarted(run.run_dir):
+                (run.run_dir / "scenario.yaml").unlink(missing_ok=True)  # left by a kill before the run began
             with lock:
                 statuses[run.key] = "running"
                 write_index(out, runs, statuses)
