@@ -131,8 +131,12 @@ def sweep(
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Runs at once (default: one per two actor slots of the cluster)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="When the sweep is done, write its report (Markdown tables) to this file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the sweep folder."),
+    replace_changed: bool = typer.Option(
+        False, "--replace-changed", help="Start afresh the runs on disk made with other settings (their folders are moved to SWEEP_DIR.replaced-<time>/)."
+    ),
 ) -> None:
-    """Run a grid of scenarios x methods x seeds; completed runs are skipped, killed ones resumed."""
+    """Run a grid of scenarios x methods x seeds; completed runs are skipped, killed ones resumed
+    (a run on disk made with other settings stops the sweep, exit 2, unless --replace-changed)."""
     from hdcfl_ray.config.loading import read_scenario_file
     from hdcfl_ray.sweep.grid import SweepPlan, expand, parse_list, read_sweep_file
     from hdcfl_ray.sweep.runner import run_sweep
@@ -167,14 +171,16 @@ def sweep(
     done = {"count": 0}
 
     def progress(key: str, status: str) -> None:
-        if status != "started" and status != "resuming":
+        if status not in ("started", "resuming") and not status.startswith("settings changed"):
             done["count"] += 1
         console.print(f"[{done['count']}/{len(runs)}] {key}: {status}", highlight=False)
 
     from hdcfl_ray.sweep.runner import ClusterLostError
 
     try:
-        outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, progress)
+        outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, progress, replace_changed=replace_changed)
+    except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
+        _fail_bad_input(error)
     except ClusterLostError as error:
         console.print(f"error: {error}", highlight=False)
         raise typer.Exit(1) from None
