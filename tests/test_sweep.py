@@ -174,6 +174,19 @@ def test_runtime_keys_checkpoint_frequency_and_output_dir_may_differ_on_a_rerun(
     assert sorted(outcome.skipped) == sorted(run.key for run in runs) and not outcome.completed
 
 
+def test_another_methods_settings_do_not_count_as_a_change_of_a_finished_run(write_scenario, tmp_path, monkeypatch):
+    import hdcfl_ray.sweep.runner as runner
+
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    _fabricate_runs(expand(_plan(path, out)))
+    monkeypatch.setattr(runner, "RaySession", None)  # a sweep with nothing to do starts no cluster
+    # an IFCA calibration, written into the scenario file after the fedavg_se/hdcfl runs finished
+    runs = expand(_plan(path, out, "algorithm.ifca.clusters=8", "algorithm.pacfl.threshold=2.5"))
+    outcome = run_sweep(runs, out, runs[0].scenario.runtime)
+    assert sorted(outcome.skipped) == sorted(run.key for run in runs) and not outcome.completed
+
+
 def test_a_run_folder_whose_scenario_cannot_be_read_is_listed_as_changed(write_scenario, tmp_path):
     from hdcfl_ray.sweep.changes import SettingsChangedError
 

@@ -72,9 +72,23 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def own_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """A scenario without the sections of methods it does not run: every scenario carries
+    each method's settings, but only `algorithm.<name>` can change what a run computes,
+    so a calibration of IFCA must not invalidate finished HDC-FL runs (nor a renamed
+    FedCE key make them unreadable)."""
+    algorithm = raw.get("algorithm")
+    if not isinstance(algorithm, dict):
+        return raw
+    name = algorithm.get("name")
+    return {**raw, "algorithm": {key: value for key, value in algorithm.items() if key in ("name", name)}}
+
+
 def setting_changes(on_disk: Scenario, wanted: Scenario) -> list[SettingChange]:
-    """The keys whose resolved values differ, except those that may differ on a rerun."""
-    old, new = flatten(on_disk.model_dump(mode="json")), flatten(wanted.model_dump(mode="json"))
+    """The keys whose resolved values differ, except those that may differ on a rerun
+    and the sections of methods the run does not use."""
+    old = flatten(own_sections(on_disk.model_dump(mode="json")))
+    new = flatten(own_sections(wanted.model_dump(mode="json")))
     changes = []
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
@@ -95,7 +109,7 @@ def changed_runs(runs: list[SweepRun], statuses: dict[str, str]) -> list[Changed
             changed.append(ChangedRun(run, status, (), unreadable="missing, so the settings of its results are unknown"))
             continue
         try:
-            on_disk = build_scenario(read_scenario_file(path), source=str(path))
+            on_disk = build_scenario(own_sections(read_scenario_file(path)), source=str(path))
         except ScenarioError as exc:
             reason = str(exc).replace("\n", " ")
             changed.append(ChangedRun(run, status, (), unreadable=f"not readable as a scenario of this version ({reason})"))
