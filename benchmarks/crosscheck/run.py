@@ -1,0 +1,173 @@
+"""Cross-check hdcfl-ray's baselines against PFLlib on one split, seed by seed (docs/cross-check.md).
+
+    python benchmarks/crosscheck/run.py --pfllib PFLLIB/system --ref-python REF_VENV/bin/python \
+        [--scenario scenarios/quickstart.yaml] [--methods fedavg,fedavg_se,fedbabu,fedala,local] \
+        [--seeds 42,123,2026] [--set KEY=VALUE]... [--work runs/crosscheck] [--table FILE]
+
+For every seed it exports the scenario's clients, seeded initial model and
+settings (export_split.py), then for every method runs hdcfl-ray (`hdcfl-ray
+simulate`, local backend, one torch thread) and PFLlib's matching method
+(pfllib_side.py, in the reference's venv), one run at a time. `--set` applies
+to both sides (e.g. `--set protocol.rounds=10`). Finished runs are kept under
+--work and skipped on a rerun. It prints, and with --table writes, the
+comparison tables: the final-round mean over clients of each client's test
+accuracy, mean ± sample std over seeds for each side, and every seed's number.
+
+Method pairs (hdcfl-ray -> PFLlib): fedavg -> FedAvg, fedavg_se -> FedPer,
+fedbabu -> FedBABU, fedala -> FedALA, local -> Local.
+
+The reference is fetched and installed outside the repository, e.g.
+
+    git --git-dir=PFLLIB.git archive HEAD system | tar -x -C /work/ref/pfllib
+    python3 -m venv /work/ref/.venv
+    /work/ref/.venv/bin/pip install torch==2.14.1 torchvision==0.29.1 numpy scikit-learn h5py matplotlib
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export_split import export  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PFLLIB_SIDE = Path(__file__).resolve().parent / "pfllib_side.py"
+REFERENCE_NAMES = {"fedavg": "FedAvg", "fedavg_se": "FedPer", "fedbabu": "FedBABU", "fedala": "FedALA", "local": "Local"}
+# Our runs evaluate every client every 5 rounds (and at the last round); evaluation changes no state.
+OUR_EVAL_EVERY = 5
+
+
+def clean_env() -> dict[str, str]:
+    """Neither side may pick up the other's packages or a running Ray cluster."""
+    return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH", "VIRTUAL_ENV")}
+
+
+def our_run(scenario: Path, method: str, seed: int, overrides: list[str], run_dir: Path) -> Path:
+    manifest = run_dir / "manifest.json"
+    if manifest.is_file() and json.loads(manifest.read_text()).get("status") == "completed":
+        return run_dir
+    executable = Path(sys.executable).parent / "hdcfl-ray"
+    if manifest.is_file():
+        cmd = [str(executable), "simulate", "--resume", str(run_dir), "--quiet"]
+    else:
+        sets = [
+            f"algorithm.name={method}",
+            f"seed={seed}",
+            "runtime.backend=local",
+            "runtime.num_cpus=1",
+            f"protocol.eval_every={OUR_EVAL_EVERY}",
+            *overrides,
+        ]
+        cmd = [str(executable), "simulate", str(scenario), *[a for s in sets for a in ("--set", s)], "--out", str(run_dir), "--quiet"]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=REPO_ROOT, env=clean_env())
+    return run_dir
+
+
+def our_final(run_dir: Path) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run_dir / "clients.parquet", columns=["round", "client_id", "accuracy", "reference"]).to_pylist()
+    last = max(row["round"] for row in rows)
+    final = sorted((row for row in rows if row["round"] == last), key=lambda row: row["client_id"])
+    accuracies = [row["accuracy"] for row in final]
+    return {
+        "round": last,
+        "reference": sorted({row["reference"] for row in final}),
+        "client_accuracy": accuracies,
+        "mean_client_accuracy": statistics.fmean(accuracies),
+    }
+
+
+def reference_run(ref_python: Path, pfllib: Path, root: Path, method: str, out: Path) -> dict[str, Any]:
+    if not out.is_file():
+        cmd = [str(ref_python), str(PFLLIB_SIDE), "--pfllib", str(pfllib), "--root", str(root), "--method", method, "--out", str(out)]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=REPO_ROOT, env=clean_env())
+    return json.loads(out.read_text())
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else float("nan"))
+
+
+def tables(results: dict[str, dict[int, dict[str, float]]], seeds: list[int]) -> str:
+    """Side-by-side summary and per-seed tables, accuracies in percent."""
+    lines = [
+        "| method (ours / PFLlib) | ours | PFLlib | difference (ours - PFLlib) | paired difference | within seed spread |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, by_seed in results.items():
+        done = [s for s in seeds if s in by_seed]
+        ours = [100 * by_seed[s]["ours"] for s in done]
+        ref = [100 * by_seed[s]["pfllib"] for s in done]
+        (mo, so), (mr, sr) = mean_std(ours), mean_std(ref)
+        paired = [o - r for o, r in zip(ours, ref)]
+        mp, sp = mean_std(paired)
+        spread = max(so, sr)
+        verdict = "n/a" if len(done) < 2 else ("yes" if abs(mo - mr) <= spread else "no")
+        lines.append(
+            f"| {method} / {REFERENCE_NAMES[method]} | {mo:.2f} ± {so:.2f} | {mr:.2f} ± {sr:.2f} | {mo - mr:+.2f} "
+            f"| {mp:+.2f} ± {sp:.2f} | {verdict} (spread {spread:.2f}) |"
+        )
+    lines += ["", "| method | seed | ours | PFLlib | ours - PFLlib |", "|---|---|---|---|---|"]
+    for method, by_seed in results.items():
+        for seed in seeds:
+            if seed in by_seed:
+                o, r = 100 * by_seed[seed]["ours"], 100 * by_seed[seed]["pfllib"]
+                lines.append(f"| {method} | {seed} | {o:.2f} | {r:.2f} | {o - r:+.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", type=Path, default=REPO_ROOT / "scenarios" / "quickstart.yaml")
+    parser.add_argument("--methods", default="fedavg,fedavg_se,fedbabu,fedala,local")
+    parser.add_argument("--seeds", default="42,123,2026")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--pfllib", type=Path, required=True, help="PFLlib's system/ folder")
+    parser.add_argument("--ref-python", type=Path, required=True, help="python of the reference's venv")
+    parser.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "crosscheck")
+    parser.add_argument("--table", type=Path, help="write the tables to this file")
+    args = parser.parse_args()
+
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(REFERENCE_NAMES))
+    if unknown:
+        parser.error(f"--methods: no PFLlib pair for {', '.join(unknown)}; choose from {', '.join(REFERENCE_NAMES)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    work = args.work.resolve()
+    results: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in methods}
+    for seed in seeds:
+        root = work / f"pfllib-seed{seed}"
+        if not (root / "dataset" / "hdcfl" / "crosscheck.json").is_file():
+            export(args.scenario, [f"seed={seed}", *args.overrides], root)
+        for method in methods:
+            run_dir = our_run(args.scenario, method, seed, args.overrides, work / "ours" / f"{method}-seed{seed}")
+            ours = our_final(run_dir)
+            ref = reference_run(args.ref_python, args.pfllib, root, method, work / "pfllib" / f"{method}-seed{seed}.json")
+            results[method][seed] = {
+                "ours": ours["mean_client_accuracy"],
+                "pfllib": ref["final_mean_client_accuracy"],
+                "ours_reference": ours["reference"],
+                "ours_client_accuracy": ours["client_accuracy"],
+                "pfllib_client_accuracy": ref["final_client_accuracy"],
+            }
+            (work / "results.json").write_text(json.dumps({m: {str(s): v for s, v in r.items()} for m, r in results.items()}, indent=1))
+            print(f"{method} seed {seed}: ours {100 * ours['mean_client_accuracy']:.2f}  PFLlib {100 * ref['final_mean_client_accuracy']:.2f}", flush=True)
+    text = tables(results, seeds)
+    print(text)
+    if args.table:
+        args.table.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
