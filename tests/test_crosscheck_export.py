@@ -1,0 +1,83 @@
+"""The cross-check export (benchmarks/crosscheck/export_split.py) hands the reference exactly
+what our clients train and are scored on. No reference code is needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hdcfl_ray.config.loading import load_scenario
+from hdcfl_ray.models import build_split_model
+from hdcfl_ray.runtime.inprocess import local_host
+from hdcfl_ray.runtime.simulation import prepare_run
+from tests.conftest import tiny_scenario
+
+EXPORT_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck" / "export_split.py"
+
+
+def _export_module():
+    spec = importlib.util.spec_from_file_location("crosscheck_export_split", EXPORT_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rotated_scenario(write_scenario) -> Path:
+    return write_scenario(
+        tiny_scenario(
+            partition={"kind": "rotation", "num_clients": 8, "angles": [0, 90, 180, 270], "test_per_client": 20},
+            algorithm={"name": "fedavg"},
+        )
+    )
+
+
+def test_exported_arrays_equal_the_tensors_each_client_trains_and_is_scored_on(write_scenario) -> None:
+    export_split = _export_module()
+    prepared = prepare_run(load_scenario(_rotated_scenario(write_scenario)))
+    host = local_host(prepared)
+    exported = export_split.client_arrays(prepared)
+    assert [a.client_id for a in exported] == [c.client_id for c in prepared.partition.clients]
+    for arrays, client in zip(exported, prepared.partition.clients):
+        train_x, train_y = host._split_tensors(client, "train")
+        test_x, test_y = host._split_tensors(client, "test")
+        assert arrays.train_x.dtype == np.float32 and arrays.train_y.dtype == np.int64
+        np.testing.assert_array_equal(arrays.train_x, train_x.cpu().numpy())
+        np.testing.assert_array_equal(arrays.train_y, train_y.cpu().numpy())
+        np.testing.assert_array_equal(arrays.test_x, test_x.cpu().numpy())
+        np.testing.assert_array_equal(arrays.test_y, test_y.cpu().numpy())
+
+
+def test_export_writes_the_split_the_seeded_initial_model_and_the_protocol(write_scenario, tmp_path: Path) -> None:
+    export_split = _export_module()
+    scenario_path = _rotated_scenario(write_scenario)
+    folder = export_split.export(scenario_path, ["seed=11"], tmp_path / "export")
+    prepared = prepare_run(load_scenario(scenario_path, ["seed=11"]))
+    expected = export_split.client_arrays(prepared)
+
+    for arrays in expected:
+        for split, x, y in (("train", arrays.train_x, arrays.train_y), ("test", arrays.test_x, arrays.test_y)):
+            # PFLlib's format is a pickled dict in an .npz; this file was written just above.
+            with np.load(folder / split / f"{arrays.client_id}.npz", allow_pickle=True) as stored:
+                data = stored["data"].tolist()
+            np.testing.assert_array_equal(data["x"], x)
+            np.testing.assert_array_equal(data["y"], y)
+
+    state = torch.load(folder / "init.pt", weights_only=True)
+    seeded = build_split_model(prepared.scenario.model, in_channels=1, num_classes=10, seed=11)
+    for part, module in (("encoder", seeded.encoder), ("head", seeded.head)):
+        for key, value in module.state_dict().items():
+            assert torch.equal(state[part][key], value), f"{part}.{key}"
+
+    settings = json.loads((folder / "crosscheck.json").read_text())
+    assert settings["seed"] == 11
+    assert settings["rounds"] == prepared.scenario.protocol.rounds
+    assert settings["batch_size"] == prepared.scenario.protocol.batch_size
+    assert settings["model"] == {"in_channels": 1, "width": 8, "feature_dim": 32}
+    assert (tmp_path / "export" / "work").is_dir()
