@@ -1,28 +1,48 @@
-"""FedCE (clustering ensembles), as reconstructed in spec/baselines.md section 4.
+"""FedCE (clustering ensembles), reconstructed as a soft EM mixture of S
+component models per client (spec/baselines.md, section 4).
 
-RECONSTRUCTED: the paper's text and code were not available, so everything
-below is a design choice of the spec, not a verified reproduction:
-- sample-level clustering: each local training sample belongs to the cluster
-  model with the lowest per-sample cross-entropy (eval mode, no grad; ties go to
-  the lower index);
-- mixing weights pi_{k,s} = max(n_{k,s}, sigma n_k) / sum_s max(n_{k,s}, sigma n_k),
-  from the raw argmin counts;
-- local training: one copy of theta_s per non-empty subset D_{k,s}, trained E
-  epochs on that subset only; subsets smaller than `min_subset` (default: one
-  protocol batch) are first merged into the client's largest subset, and the
-  upload weights n_{k,s} are the merged subset sizes actually trained on;
-- server: theta_s = sum_k n_{k,s} theta_{k,s} / sum_k n_{k,s}; a cluster with no
-  uploads keeps its weights;
-- personalised model: the pi_k-weighted ensemble of the cluster models, in
-  output space (default: p(y|x) = sum_s pi_s softmax(f_theta_s(x))) or in
-  parameter space (one model sum_s pi_s theta_s over every float entry, BatchNorm
-  statistics included); pi_k is recomputed from every client's training data
-  with the current models at each evaluation;
-- S (default 4) and the ensemble form are guesses of the spec.
-Settled by the simulator rather than the paper: cluster models are full models
-(encoder plus head; the client's private head is unused), started from S
-independently seeded initialisations to break symmetry (logged at round 1), and
-averaged over every float entry including BatchNorm statistics.
+RECONSTRUCTED: the paper's text and code were not available. The paper's
+abstract says clustering happens at the sample level and each client's model is
+an ensemble of cluster models weighted by the client's membership; everything
+below is this simulator's design with those properties (FedEM-style), not a
+verified reproduction:
+
+- Server: S component models theta_1..theta_S (full models: encoder plus head).
+- Client k keeps mixing weights pi_k over the components (uniform until its
+  first training round).
+- Participant k, every round:
+  1. E-step on all its training samples (eval mode, no grad):
+     r_{k,s}(x, y) = pi_{k,s} p_s(y | x) / sum_t pi_{k,t} p_t(y | x);
+  2. pi_{k,s} <- mean over its samples of r_{k,s}, floored at sigma
+     (`smoothing`) and renormalised, so no component is ruled out for good;
+  3. M-step: every component s whose share m_{k,s} / n_k is at least
+     `min_share` (m_{k,s} = sum_x r_{k,s}(x), the soft count) is copied and
+     trained E epochs on *all* the client's samples, each sample's loss weighted
+     by r_{k,s} scaled to mean one over the client (w = r n_k / m_{k,s}), so the
+     local objective is the client's M-step objective sum r CE / sum r at the
+     protocol's step size. A component below `min_share` explains a negligible
+     part of the client's data and is neither trained nor uploaded: its soft
+     count would make its weight in the server average negligible anyway, and
+     the threshold bounds the scaled weights by 1 / min_share.
+     Uploads carry the trained components and all S soft counts.
+- Server: theta_s = sum_k m_{k,s} theta_{k,s} / sum_k m_{k,s} over the clients
+  that trained s; a component nobody trained keeps its weights. With the
+  mean-one weights this is FedAvg on the global M-step objective
+  sum_k sum_x r CE / sum_k m_{k,s}.
+- Prediction: p_k(y | x) = sum_s pi_{k,s} softmax(f_theta_s(x)) (`output`, the
+  default) or one model sum_s pi_{k,s} theta_s (`parameter`). At evaluation pi_k
+  is refreshed by one E-step from the stored pi_k (uniform before the client's
+  first round) on the client's training data with the current models, for every
+  client, participant or not; the refreshed pi_k is not stored.
+- Initialisation: component 0 starts from the shared seeded initial model (the
+  one FedAvg starts from) and components 1..S-1 from independently seeded
+  models (symmetry breaking, logged at round 1).
+
+With S = 1 every responsibility is exactly 1, training runs unweighted and the
+single model is scored directly, so FedCE is FedAvg bit for bit. Cost: S
+forward passes over the training set per local update and per evaluation, and
+up to S local trainings per participant (counted in the training budget).
+Averages run over every float entry, BatchNorm statistics included.
 """
 
 from __future__ import annotations
@@ -34,25 +54,63 @@ import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.algorithms.importance import merge_small_subsets, mixing_weights, sample_assignment
 from hdcfl_ray.config.schema import FedCEParams, Scenario
 
 
-def cluster_name(index: int) -> str:
-    return f"cluster_{index}"
+# ---- the mixture maths (numpy, no torch: tested without Ray) ----
 
 
-@dataclass
-class FedCEState:
-    clusters: list[ModelParams]
+def uniform_mixing(count: int) -> np.ndarray:
+    return np.full(count, 1.0 / count)
 
 
-@dataclass
-class FedCEClient:
-    """The client's mixing weights from its last training round (None before it)."""
+def responsibilities(log_likelihoods: np.ndarray, mixing: np.ndarray) -> np.ndarray:
+    """E-step: r[s, i] = pi_s p_s(y_i | x_i) / sum_t pi_t p_t(y_i | x_i).
 
-    mixing: np.ndarray | None = None
+    `log_likelihoods` is (S, N) with log p_s(y_i | x_i) (minus the per-sample
+    cross-entropy); computed in log space, so a sample every model finds
+    unlikely still gets a distribution. With one model every entry is 1.0."""
+    logs = np.asarray(log_likelihoods, dtype=np.float64)
+    weights = np.asarray(mixing, dtype=np.float64)
+    if logs.ndim != 2 or weights.shape != (logs.shape[0],):
+        raise ValueError(f"need (models, samples) log-likelihoods and one weight per model, got {logs.shape} and {weights.shape}")
+    if logs.shape[0] == 1:
+        return np.ones_like(logs)
+    joint = logs + np.log(np.maximum(weights, np.finfo(np.float64).tiny))[:, None]
+    joint -= joint.max(axis=0, keepdims=True)
+    numerator = np.exp(joint)
+    return numerator / numerator.sum(axis=0, keepdims=True)
+
+
+def updated_mixing(resp: np.ndarray, floor: float) -> np.ndarray:
+    """pi_s = max(mean_i r[s, i], floor), renormalised to sum to one (uniform
+    for a client without samples)."""
+    values = np.asarray(resp, dtype=np.float64)
+    if values.shape[1] == 0:
+        return uniform_mixing(values.shape[0])
+    floored = np.maximum(values.mean(axis=1), floor)
+    return floored / floored.sum()
+
+
+def components_to_train(mass: np.ndarray, num_samples: int, min_share: float) -> list[int]:
+    """The components whose share m_s / N of the client's data is at least `min_share`."""
+    if num_samples == 0:
+        return []
+    return [s for s, m in enumerate(np.asarray(mass, dtype=np.float64)) if m / num_samples >= min_share]
+
+
+def sample_weights(resp: np.ndarray) -> np.ndarray | None:
+    """One component's per-sample loss weights on a client: its responsibilities
+    scaled to mean one, so the batch loss mean_i w_i CE_i estimates
+    sum_i r_i CE_i / sum_i r_i (the client's M-step objective at full step size;
+    the server's soft-count average restores each client's share). Weights are at
+    most 1 / share, so `min_share` bounds them. None when every weight is 1 (one
+    component): training then runs unweighted, the same bits as FedAvg."""
+    values = np.asarray(resp, dtype=np.float64)
+    weights = (values / values.mean()).astype(np.float32)
+    return None if np.all(weights == 1.0) else weights
 
 
 def mix_outputs(outputs: Sequence[Any], weights: Sequence[float]) -> Any:
@@ -66,27 +124,42 @@ def mix_outputs(outputs: Sequence[Any], weights: Sequence[float]) -> Any:
     return mixed
 
 
-def aggregate_clusters(clusters: list[ModelParams], uploads: list[Upload]) -> tuple[list[ModelParams], list[int]]:
-    """theta_s = n_{k,s}-weighted average of the uploads for s (in the given client
-    order); clusters nobody trained are returned unchanged. Also returns the
-    samples behind each cluster's update."""
+def aggregate_components(components: list[ModelParams], uploads: list[Upload]) -> tuple[list[ModelParams], list[float]]:
+    """theta_s = sum_k m_{k,s} theta_{k,s} / sum_k m_{k,s} over the uploads that
+    carry component s (in the given order); a component nobody trained is
+    returned unchanged. Also returns each component's total soft count."""
     updated: list[ModelParams] = []
-    samples: list[int] = []
-    for s, cluster in enumerate(clusters):
-        name = cluster_name(s)
-        contributors = [u for u in uploads if name in u.models and int(u.values["counts"][s]) > 0]
-        counts = [int(u.values["counts"][s]) for u in contributors]
-        samples.append(sum(counts))
-        if not contributors:
-            updated.append(cluster)
+    masses: list[float] = []
+    for s, component in enumerate(components):
+        name = cluster_object_name(s)
+        contributors = [u for u in uploads if name in u.models]
+        weights = [float(u.values["mass"][s]) for u in contributors]
+        masses.append(float(sum(weights)))
+        if not contributors or sum(weights) <= 0.0:
+            updated.append(component)
             continue
         updated.append(
             ModelParams(
-                encoder=weighted_average([u.models[name].encoder for u in contributors], counts),
-                head=weighted_average([u.models[name].head for u in contributors], counts),
+                encoder=weighted_average([u.models[name].encoder for u in contributors], weights),
+                head=weighted_average([u.models[name].head for u in contributors], weights),
             )
         )
-    return updated, samples
+    return updated, masses
+
+
+# ---- the algorithm ----
+
+
+@dataclass
+class FedCEState:
+    components: list[ModelParams]
+
+
+@dataclass(frozen=True)
+class FedCEClient:
+    """The client's mixing weights pi_k after its last training round (None before it)."""
+
+    mixing: np.ndarray | None = None
 
 
 class FedCE(AlgorithmDefaults):
@@ -94,86 +167,94 @@ class FedCE(AlgorithmDefaults):
 
     def __init__(self, params: FedCEParams, scenario: Scenario) -> None:
         self.params = params
-        self.independent_inits = params.clusters
-        self.min_subset = params.min_subset if params.min_subset is not None else scenario.protocol.batch_size
-
-    def cluster_names(self) -> tuple[str, ...]:
-        return tuple(cluster_name(s) for s in range(self.params.clusters))
+        self.count = params.clusters
+        # component 0 is the shared initial model; the others need their own seeds
+        self.independent_inits = params.clusters - 1
+        self.names = cluster_object_names(params.clusters)
 
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedCEState:
-        if len(independent) != self.params.clusters:
-            raise ValueError(f"FedCE needs {self.params.clusters} independent cluster models, got {len(independent)}")
-        return FedCEState(clusters=[ModelParams(np.array(m.encoder, dtype=np.float32), np.array(m.head, dtype=np.float32)) for m in independent])
+        if len(independent) != self.count - 1:
+            raise ValueError(f"FedCE needs {self.count - 1} independent initialisations, got {len(independent)}")
+        return FedCEState(components=[copy_model(initial)] + [copy_model(model) for model in independent])
 
     def broadcast(self, state: FedCEState, round_index: int) -> dict[str, Any]:
-        return {cluster_name(s): cluster for s, cluster in enumerate(state.clusters)}
+        return {name: model for name, model in zip(self.names, state.components)}
 
     def training_task(self, state: FedCEState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=self.cluster_names())
+        return ClientTask(models=self.names)
 
     def aggregate(self, state: FedCEState, round_index: int, uploads: list[Upload]) -> RoundNotes:
-        state.clusters, samples = aggregate_clusters(state.clusters, sorted(uploads, key=lambda u: u.client_id))
+        ordered = sorted(uploads, key=lambda u: u.client_id)
+        state.components, masses = aggregate_components(state.components, ordered)
         events = []
         if round_index == 1:
             events += [
-                f"fedce: {self.params.clusters} cluster models start from independently seeded models (symmetry breaking)",
-                f"fedce: personalised model = {self.params.ensemble}-space ensemble of the cluster models weighted by pi_k; "
-                f"sample subsets under {self.min_subset} merge into the client's largest subset",
+                f"fedce: soft EM mixture of {self.count} components; component 0 starts from the shared initial model, "
+                f"the others from independently seeded models (symmetry breaking)",
+                f"fedce: personalised model = {self.params.ensemble}-space ensemble weighted by pi_k; "
+                f"components with a share under {self.params.min_share} of a client's data are not trained by it",
             ]
-        events.append(f"fedce: training samples per cluster {samples} (clusters with 0 unchanged)")
+        trainers = [sum(1 for u in ordered if name in u.models) for name in self.names]
+        events.append(
+            f"fedce round {round_index}: soft counts per component {[round(m, 1) for m in masses]}, "
+            f"trained by {trainers} clients (components with 0 unchanged)"
+        )
         return RoundNotes(events=tuple(events))
 
     def evaluation_task(self, state: FedCEState, round_index: int, client_id: int, final: bool) -> ClientTask:
-        return ClientTask(models=self.cluster_names())
+        return ClientTask(models=self.names)
 
     # ---- client ----
     def init_client(self, client_id: int, initial: ModelParams) -> FedCEClient:
         return FedCEClient()
 
-    def training_losses(self, ctx: Any, objects: Mapping[str, Any]) -> np.ndarray:
-        """(S, N) per-sample cross-entropy of every training sample under each cluster model."""
-        return np.stack([ctx.per_sample_losses(objects[name]) for name in self.cluster_names()])
+    def e_step(self, ctx: Any, state: FedCEClient, models: list[ModelParams]) -> tuple[np.ndarray, np.ndarray]:
+        """Responsibilities (S, N) of the client's training samples and the updated pi_k."""
+        prior = state.mixing if state.mixing is not None else uniform_mixing(self.count)
+        if self.count == 1:  # nothing to infer; skip the forward pass
+            resp = np.ones((1, ctx.num_train))
+        else:
+            losses = np.stack([ctx.per_sample_losses(model) for model in models])
+            resp = responsibilities(-losses.astype(np.float64), prior)
+        return resp, updated_mixing(resp, self.params.smoothing)
 
     def local_update(self, ctx: Any, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedCEClient]:
         import torch  # client side only: the server never imports torch
 
-        inputs, labels = ctx.train_data()
-        assignment = sample_assignment(self.training_losses(ctx, objects))
-        num_clusters = self.params.clusters
-        mixing = mixing_weights(np.bincount(assignment, minlength=num_clusters), self.params.smoothing)
-        merged = merge_small_subsets(assignment, num_clusters, self.min_subset)
-        counts = np.bincount(merged, minlength=num_clusters).astype(np.int64)
+        models = models_from_objects(objects, self.count)
+        resp, mixing = self.e_step(ctx, state, models)
+        mass = resp.sum(axis=1)
+        num_samples = ctx.num_train
         trained: dict[str, ModelParams] = {}
-        loss_sum, steps = 0.0, 0
-        for s in range(num_clusters):
-            if counts[s] == 0:
-                continue
-            subset = torch.as_tensor(np.flatnonzero(merged == s), device=inputs.device)
-            ctx.load(objects[cluster_name(s)])
-            stats = ctx.train(data=(inputs[subset], labels[subset]))
-            trained[cluster_name(s)] = ctx.snapshot()
-            loss_sum += stats.mean_loss * int(counts[s])
+        loss, steps = 0.0, 0
+        for s in components_to_train(mass, num_samples, self.params.min_share):
+            ctx.load(models[s])
+            weights = sample_weights(resp[s])
+            stats = ctx.train(sample_weights=None if weights is None else torch.as_tensor(weights, device=ctx.train_data()[1].device))
+            trained[self.names[s]] = ctx.snapshot()
+            loss += stats.mean_loss * float(mass[s]) / num_samples  # the expected loss under r
             steps += stats.steps
         upload = Upload(
             client_id=ctx.client_id,
-            num_samples=int(labels.shape[0]),
-            train_loss=loss_sum / max(1, int(counts.sum())),
+            num_samples=num_samples,
+            train_loss=loss,
             steps=steps,
             models=trained,
-            values={"counts": counts, "mixing": mixing},
+            values={"mass": mass, "mixing": mixing},
         )
         return upload, FedCEClient(mixing=mixing)
 
     def evaluate(self, ctx: Any, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         from hdcfl_ray.runtime.client_context import stats_from_probabilities  # imports torch: client side only
 
-        assignment = sample_assignment(self.training_losses(ctx, objects))
-        mixing = mixing_weights(np.bincount(assignment, minlength=self.params.clusters), self.params.smoothing)
-        models = [objects[name] for name in self.cluster_names()]
-        if self.params.ensemble == "output":
+        models = models_from_objects(objects, self.count)
+        _, mixing = self.e_step(ctx, state, models)
+        if self.count == 1:  # an ensemble of one model is that model
+            personalized = ctx.score(models[0])
+        elif self.params.ensemble == "output":
             probabilities = mix_outputs([ctx.probabilities(model) for model in models], mixing)
-            personalized = stats_from_probabilities(probabilities, ctx.test_data()[1])
+            personalized = stats_from_probabilities(probabilities, ctx.test_data()[1], own_classes=ctx.own_classes())
         else:
             mixture = ModelParams(
                 encoder=weighted_average([m.encoder for m in models], mixing),

@@ -1,12 +1,11 @@
-"""Loss-based soft memberships shared by FedSoft and FedCE (plain numpy).
+"""Loss-based soft memberships of FedSoft (plain numpy).
 
-Both methods score every local training sample under each of S models, count
-how many samples each model explains best (the argmin of the per-sample loss),
-smooth the counts so no model gets weight zero, and normalise them. FedSoft
-then turns the clients' importance weights into per-centre sampling
-probabilities over clients (`server_weights`) and draws each centre's trainers
-(`select_per_centre`); FedCE merges sample subsets too small to train on
-(`merge_small_subsets`).
+FedSoft scores every local training sample under each of S centres, counts how
+many samples each centre explains best (the argmin of the per-sample loss),
+smooths the counts so no centre gets weight zero, and normalises them into
+importance weights. It then turns the clients' importance weights into
+per-centre sampling probabilities over clients (`server_weights`) and draws each
+centre's trainers (`select_per_centre`).
 """
 
 from __future__ import annotations
@@ -37,13 +36,6 @@ def fill_empty_counts(counts: np.ndarray, smoothing: float) -> np.ndarray:
     return np.where(values == 0, smoothing * float(values.sum()), values)
 
 
-def floor_counts(counts: np.ndarray, smoothing: float) -> np.ndarray:
-    """FedCE's smoother: max(n_{k,s}, sigma * n_k); equal to `fill_empty_counts`
-    for integer counts whenever sigma * n_k <= 1."""
-    values = np.asarray(counts, dtype=np.float64)
-    return np.maximum(values, smoothing * float(values.sum()))
-
-
 def normalise(weights: np.ndarray) -> np.ndarray:
     """Scale non-negative weights to sum to one; all-zero weights become uniform
     (possible only with sigma = 0 and no samples), so the result is always a
@@ -62,11 +54,6 @@ def importance_weights(counts: np.ndarray, smoothing: float) -> np.ndarray:
     smoothing; the renormalisation removes that (a relative change of at most
     S * sigma) so u_k is a distribution over centres."""
     return normalise(fill_empty_counts(counts, smoothing))
-
-
-def mixing_weights(counts: np.ndarray, smoothing: float) -> np.ndarray:
-    """FedCE's pi_k = max(n_{k,s}, sigma n_k) / sum_s max(n_{k,s}, sigma n_k)."""
-    return normalise(floor_counts(counts, smoothing))
 
 
 def server_weights(importance: np.ndarray, num_samples: np.ndarray) -> np.ndarray:
@@ -96,19 +83,3 @@ def select_per_centre(weights: np.ndarray, per_centre: int, rng: np.random.Gener
         chosen = rng.choice(row.size, size=size, replace=False, p=row / row.sum())
         selections.append(np.sort(chosen).astype(np.int64))
     return selections
-
-
-def merge_small_subsets(assignment: np.ndarray, num_models: int, min_subset: int) -> np.ndarray:
-    """Move every non-empty subset smaller than `min_subset` into the largest subset.
-
-    The largest subset (lowest index on ties) is never moved, even when it is
-    itself below the minimum: a client with fewer samples than `min_subset`
-    trains one model on all of them."""
-    labels = np.asarray(assignment, dtype=np.int64)
-    if labels.size == 0:
-        return labels.copy()
-    sizes = np.bincount(labels, minlength=num_models)
-    largest = int(np.argmax(sizes))
-    small = (sizes > 0) & (sizes < min_subset)
-    small[largest] = False
-    return np.where(small[labels], largest, labels)

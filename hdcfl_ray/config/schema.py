@@ -114,10 +114,10 @@ class FedALAParams(Section):
 
 
 class FedCEParams(Section):
-    clusters: int = Field(4, ge=1)  # S cluster models
-    smoothing: float = Field(1.0e-4, ge=0.0)  # sigma in the membership smoother
-    # a sample subset smaller than this is merged into the client's largest subset (null = one batch)
-    min_subset: int | None = Field(None, ge=1)
+    clusters: int = Field(4, ge=1)  # S mixture components
+    smoothing: float = Field(1.0e-4, ge=0.0, le=1.0)  # sigma: floor on each mixing weight pi_{k,s}
+    # a component explaining less than this share of a client's data is not trained by it
+    min_share: float = Field(0.05, ge=0.0, le=1.0)
     ensemble: Literal["output", "parameter"] = "output"
 
 
