@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hdcfl_ray.errors import ScenarioError
 
@@ -36,8 +37,15 @@ SetOption = typer.Option(
 
 
 def _fail_bad_input(error: ScenarioError) -> None:
-    error_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+    # escaped: messages quote user text and fixes such as ".[dashboard]" that are not markup
+    error_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _print_notices(notices: tuple[str, ...]) -> None:
+    """What a run does differently from what its scenario may suggest (a capped value)."""
+    for notice in notices:
+        error_console.print(f"[bold yellow]warning:[/] {escape(notice)}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -54,6 +62,7 @@ def validate(
         prepared = prepare_run(scenario)
     except ScenarioError as error:
         _fail_bad_input(error)
+    _print_notices(prepared.notices)
     dataset = prepared.dataset
     print(
         f"{scenario_file}: valid. {scenario.algorithm.name} on {dataset.name} "
@@ -72,7 +81,7 @@ def simulate(
 ) -> None:
     """Run one simulation and write its run directory (scenario, manifest, Parquet tables)."""
     from hdcfl_ray.config import load_scenario
-    from hdcfl_ray.runtime.simulation import default_run_dir, prepare_run, resumable_run, run_simulation
+    from hdcfl_ray.runtime.simulation import check_run_dir_free, default_run_dir, prepare_run, resumable_run, run_simulation
     from hdcfl_ray.terminal.live_view import LiveView, QuietObserver
 
     try:
@@ -88,10 +97,13 @@ def simulate(
             raise ScenarioError("give a scenario file (hdcfl-ray simulate SCENARIO) or --resume RUN_DIR")
         else:
             scenario = load_scenario(scenario_file, overrides or [])
+        run_dir = resume or out or default_run_dir(scenario)
+        if resume is None:
+            check_run_dir_free(run_dir)
         prepared = prepare_run(scenario)
     except ScenarioError as error:
         _fail_bad_input(error)
-    run_dir = resume or out or default_run_dir(scenario)
+    _print_notices(prepared.notices)
     observer = QuietObserver() if quiet else LiveView()
     if not quiet:
         dataset = prepared.dataset
@@ -114,8 +126,11 @@ def simulate(
     except Exception as error:  # a failure during the run: say what and where the partial logs are
         if isinstance(observer, LiveView):
             observer.abort()
-        error_console.print(f"[bold red]run failed:[/] {type(error).__name__}: {error}", highlight=False)
-        error_console.print(f"finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}")
+        error_console.print(f"[bold red]run failed:[/] {type(error).__name__}: {escape(str(error))}", highlight=False)
+        if (run_dir / "scenario.yaml").is_file():
+            error_console.print(f"finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}")
+        else:  # it failed before the run directory was made (starting or joining Ray)
+            error_console.print(f"nothing was written to {run_dir}")
         raise typer.Exit(EXIT_RUN_FAILED)
     if quiet:
         print(summary.run_dir)

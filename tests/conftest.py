@@ -16,7 +16,9 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 def ray_session() -> Iterator[None]:
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", configure_logging=True)
+    from hdcfl_ray.runtime.ray_session import start_private_ray
+
+    start_private_ray(num_cpus=2)  # started as a run starts its own: loopback only
     try:
         yield
     finally:

@@ -101,6 +101,10 @@ def shrunk(kind: str, extra: list[str] | None = None) -> list[str]:
         f"partition.num_clients={clients}",
         f"partition.test_per_client={TEST_PER_CLIENT}",
         "partition.min_samples=2",
+        # validation reads the weights file and counts the GPUs: the paper's GPU settings
+        # and ImageNet weights are not part of a data-loading test on a CPU machine
+        "runtime.num_gpus_per_actor=0",
+        "model.pretrained=null",
         *(extra or []),
     ]
 
@@ -189,7 +193,7 @@ def test_a_paper_scenario_reads_the_parquet_copy_through_set_overrides(
 ) -> None:
     """scenarios/paper/README.md: --set dataset.name=parquet_images --set dataset.path=..."""
     monkeypatch.setenv("HDCFL_CIFAR10", str(tmp_path / "not-used"))
-    monkeypatch.setenv("HDCFL_RESNET18_IMAGENET", str(tmp_path / "weights.pt"))  # read only when a run starts
+    monkeypatch.setenv("HDCFL_RESNET18_IMAGENET", str(tmp_path / "weights.pt"))  # unused: shrunk() sets model.pretrained to null
     overrides = ["dataset.name=parquet_images", f"dataset.path={tmp_path / 'cifar10-jpeg'}", *shrunk("rotation")]
 
     prepared = prepare_run(load_scenario(PAPER / "c10-rot.yaml", overrides))

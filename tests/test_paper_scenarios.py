@@ -223,6 +223,7 @@ def smoke_overrides(dataset: str, kind: str) -> list[str]:
         "protocol.participation=1.0",  # all four heads reach the refresh
         "algorithm.name=hdcfl",
         "algorithm.hdcfl.activation_round=1",
+        "runtime.num_gpus_per_actor=0",  # runs in this process; validation refuses GPU shares where there is no GPU
     ]
 
 

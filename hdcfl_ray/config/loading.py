@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from hdcfl_ray.config.ranges import check_integer_ranges
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError
 
@@ -21,15 +22,34 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: no such scenario file")
+    text = read_text_file(path, "a scenario is a YAML text file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: the top level must be a mapping of keys (name:, seed:, dataset:, ...)")
     return raw
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """The UTF-8 text of `path`; a ScenarioError naming the file when it cannot be
+    read or is not text (`what` says what the file should be)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or exc}); check that it is a readable file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not a text file (byte {exc.start} is not UTF-8); {what}") from None
+    if "\x00" in text:
+        raise ScenarioError(f"{path}: not a text file (it holds NUL bytes); {what}")
+    return text
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -88,9 +108,11 @@ def expand_env(value: Any, key_path: str = "") -> Any:
 
 def build_scenario(raw: dict[str, Any], source: str = "scenario") -> Scenario:
     try:
-        return Scenario.model_validate(raw)
+        scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, raw, source)) from None
+    check_integer_ranges(scenario, source)
+    return scenario
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:

@@ -15,7 +15,9 @@ DATASET_NAMES = ("digits", "cifar10", "cifar100", "parquet_images", "image_folde
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are refused in every float key: no setting means either, and
+    # keys without bounds (a distribution's mean) would otherwise take them
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DatasetConfig(Section):

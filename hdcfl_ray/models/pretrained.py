@@ -7,7 +7,6 @@ scenario error with the fix in the message.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.errors import ScenarioError
 
 # Checkpoints often wrap the state dict under one of these keys.
@@ -72,6 +72,19 @@ def load_pretrained_encoder(encoder: nn.Module, path: str) -> PretrainedLoad:
     )
 
 
+def check_pretrained(config: ModelConfig, in_channels: int) -> PretrainedLoad | None:
+    """Load `model.pretrained` into a fresh encoder once, before a run starts, so a
+    missing, unreadable or mismatched file stops the run before anything is created.
+    The torch RNG is left as it was (the run's models are built from the seed later)."""
+    if config.pretrained is None:
+        return None
+    from hdcfl_ray.models.split_model import build_encoder  # split_model imports this module
+
+    with torch.random.fork_rng(devices=[]):
+        encoder = build_encoder(config, in_channels)
+    return load_pretrained_encoder(encoder, config.pretrained)
+
+
 def _encoder_state_from_file(path: str) -> dict[str, torch.Tensor]:
     if not Path(path).is_file():
         raise ScenarioError(
@@ -80,7 +93,9 @@ def _encoder_state_from_file(path: str) -> dict[str, torch.Tensor]:
         )
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
+    # A damaged file fails inside the unpickler with whatever that meets first
+    # (IndexError, KeyError, UnpicklingError, ...): every one of them means this file.
+    except Exception as error:
         raise ScenarioError(
             f"model.pretrained: '{path}' could not be read as a weights-only torch file ({_first_line(error)}). "
             "It must hold tensors only, saved with torch.save(encoder.state_dict())"
@@ -90,6 +105,14 @@ def _encoder_state_from_file(path: str) -> dict[str, torch.Tensor]:
     if not tensors:
         raise ScenarioError(
             f"model.pretrained: '{path}' holds no tensors; save the weights with torch.save(encoder.state_dict())"
+        )
+    not_finite = sorted(
+        key for key, value in tensors.items() if value.is_floating_point() and not bool(torch.isfinite(value).all())
+    )
+    if not_finite:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' has NaN or infinite values in {_preview(not_finite)}; "
+            "save weights from a model that trained without diverging"
         )
     return tensors
 

@@ -1,4 +1,16 @@
-"""Starting or joining Ray for one run, and checking the cluster can host the actors."""
+"""Starting or joining Ray for one run, and checking the cluster can host the actors.
+
+A Ray instance started here (`runtime.address: null`) is private to this
+machine, and every service it runs listens on loopback only: the GCS, the
+raylet and its object manager, the workers and the driver's core worker, the
+runtime-env and dashboard agents, and the dashboard. Ray binds those services
+to the node's IP address, which on Linux it takes from the route to the
+outside; on macOS and Windows it uses 127.0.0.1 instead, under its own switch
+`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`. `start_private_ray` applies that
+single-machine rule for the start of a private instance (the processes Ray
+starts inherit it) and then checks the node address Ray chose. Joining a
+cluster (`runtime.address`) is the only way to listen elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +19,60 @@ from typing import Any
 
 import ray
 
+from hdcfl_ray.config.machine_checks import Capacity, check_actor_capacity, is_loopback_host
 from hdcfl_ray.config.schema import RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
+
+# Ray's switch between a cluster node (node IP = the machine's external address) and a
+# single machine (node IP = loopback): an environment variable for the processes Ray
+# starts, read once into `ray_constants.ENABLE_RAY_CLUSTER` in this one.
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _quiet_ray_environment() -> None:
+    # Ray warns loudly about things a simulator user cannot act on.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+
+
+def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> None:
+    """Start a fresh Ray instance in this process whose services listen on loopback only."""
+    from ray._private import ray_constants
+
+    _quiet_ray_environment()
+    saved_env = os.environ.get(SINGLE_MACHINE_ENV)
+    saved_flag = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    os.environ[SINGLE_MACHINE_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    kwargs: dict[str, Any] = {"include_dashboard": include_dashboard}
+    if include_dashboard:
+        kwargs["dashboard_host"] = dashboard_host
+    try:
+        # "local" starts a fresh instance even when a `ray start` cluster runs on this
+        # machine (ray.init() alone would join it): address null means a private Ray.
+        # Ray's own start-up notices are noise to a simulator user; failures still raise.
+        ray.init(address="local", num_cpus=num_cpus, logging_level="ERROR", configure_logging=True, **kwargs)
+    finally:
+        # Only this start is single-machine: a later join of a cluster from this
+        # process must advertise the machine's real address.
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(SINGLE_MACHINE_ENV, None)
+        else:
+            os.environ[SINGLE_MACHINE_ENV] = saved_env
+    node_ip = ray.util.get_node_ip_address()
+    if not is_loopback_host(node_ip):  # a Ray that no longer follows the rule above
+        ray.shutdown()
+        raise RuntimeError(
+            f"the private Ray instance chose the node address {node_ip}, not loopback, so its services would be "
+            "reachable from other machines; it was stopped. Start Ray yourself (ray start --head "
+            "--node-ip-address=127.0.0.1) and join it with runtime.address"
+        )
 
 
 class RaySession:
     """Context manager: joins an existing Ray (a test fixture, `--address auto`) or
-    starts a local one, and shuts down only what it started."""
+    starts a private one, and shuts down only what it started."""
 
     def __init__(self, runtime: RuntimeConfig) -> None:
         self.runtime = runtime
@@ -21,25 +80,17 @@ class RaySession:
 
     def __enter__(self) -> "RaySession":
         if not ray.is_initialized():
-            # Ray warns loudly about things a simulator user cannot act on.
-            os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-            os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-            kwargs: dict[str, Any] = {
-                "include_dashboard": self.runtime.include_dashboard,
-                # Ray's own start-up notices are noise to a simulator user; failures still raise.
-                "logging_level": "ERROR",
-                "configure_logging": True,
-            }
-            if self.runtime.include_dashboard:
-                kwargs["dashboard_host"] = self.runtime.dashboard_host
             if self.runtime.address is None:
-                # "local" starts a fresh instance even when a `ray start` cluster runs on this
-                # machine (ray.init() alone would join it): address null means a private Ray.
-                kwargs["address"] = "local"
-                kwargs["num_cpus"] = self.runtime.num_cpus
+                start_private_ray(self.runtime.num_cpus, self.runtime.include_dashboard, self.runtime.dashboard_host)
             else:
-                kwargs["address"] = self.runtime.address
-            ray.init(**kwargs)
+                _quiet_ray_environment()
+                try:
+                    ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
+                except ConnectionError as error:  # Ray's answer when no cluster is at the address
+                    raise ScenarioError(
+                        f"runtime.address: {self.runtime.address!r}: no Ray cluster to join ({str(error).strip().splitlines()[0]}); "
+                        "start one with ray start --head, or set runtime.address: null for a private instance"
+                    ) from None
             self.started_here = True
         return self
 
@@ -55,6 +106,9 @@ class RaySession:
     def gpus(self) -> float:
         return float(ray.cluster_resources().get("GPU", 0.0))
 
+    def capacity(self) -> Capacity:
+        return Capacity(self.cpus, self.gpus, "the Ray cluster")
+
     def describe(self) -> dict[str, Any]:
         resources = ray.cluster_resources()
         return {
@@ -65,19 +119,6 @@ class RaySession:
             "ray_version": ray.__version__,
         }
 
-    def check_capacity(self, num_hosts: int) -> None:
+    def check_capacity(self, num_hosts: int, runtime: RuntimeConfig | None = None) -> None:
         """Actors that cannot all be placed would wait forever: refuse up front."""
-        runtime = self.runtime
-        needed_cpus = num_hosts * runtime.num_cpus_per_actor
-        if needed_cpus > self.cpus + 1e-9:
-            raise ScenarioError(
-                f"runtime: {num_hosts} client host actors x runtime.num_cpus_per_actor = {runtime.num_cpus_per_actor} "
-                f"need {needed_cpus:g} CPUs but the Ray cluster has {self.cpus:g}; set runtime.clients_per_actor: auto, "
-                f"raise it, or lower runtime.num_cpus_per_actor"
-            )
-        needed_gpus = num_hosts * runtime.num_gpus_per_actor
-        if needed_gpus > self.gpus + 1e-9:
-            raise ScenarioError(
-                f"runtime.num_gpus_per_actor: {runtime.num_gpus_per_actor} x {num_hosts} actors needs {needed_gpus:g} GPUs "
-                f"but the Ray cluster has {self.gpus:g}; set runtime.num_gpus_per_actor: 0 to train on CPU"
-            )
+        check_actor_capacity(runtime or self.runtime, num_hosts, self.capacity())

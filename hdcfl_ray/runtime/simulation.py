@@ -3,11 +3,13 @@ rounds, write the run directory, report progress to an observer."""
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 from hdcfl_ray.algorithms.base import supports_async
@@ -41,6 +43,9 @@ class PreparedRun:
     scenario: Scenario
     dataset: ImageDataset
     partition: Partition
+    # what the run does differently from what the scenario may suggest (a capped value,
+    # clients a trace leaves out): printed by the CLI, never an error
+    notices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,22 @@ class RunSummary:
 
 
 def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> PreparedRun:
-    """Everything that can fail because of the user's input, before Ray starts.
+    """Everything that can fail because of the user's input, before a run directory
+    exists or Ray starts (`validate` is this function).
     `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
-    dataset = dataset if dataset is not None else load_dataset(scenario.dataset, scenario.seed)
+    from hdcfl_ray.config.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
+    from hdcfl_ray.data.partitions.checks import test_size_notices
+    from hdcfl_ray.models.pretrained import check_pretrained
+    from hdcfl_ray.runtime.virtual_clock import check_trace
+
+    notices = check_runtime(scenario.runtime, scenario.partition.num_clients)
+    if dataset is None:
+        check_synthetic_memory(scenario.dataset)
+        dataset = load_dataset(scenario.dataset, scenario.seed)
     check_partition_against_dataset(
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )
+    check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
     try:
         algorithm = build_algorithm(scenario)
     except ValueError as exc:
@@ -68,17 +83,16 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
             f"protocol.mode: 'async' works with fedavg_se, hdcfl and fedavg; {scenario.algorithm.name} runs "
             f"synchronous rounds only (set protocol.mode: sync)"
         )
-    if scenario.protocol.system.trace is not None:
-        from hdcfl_ray.runtime.virtual_clock import client_profiles
-
-        client_profiles(scenario.protocol.system, scenario.partition.num_clients, scenario.seed)
+    notices += check_trace(scenario.protocol.system, scenario.partition.num_clients)
+    check_pretrained(scenario.model, dataset.channels)
     try:
         partition = build_partition(
             scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
         )
     except ValueError as exc:
         raise ScenarioError(f"partition: {exc}") from exc
-    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition)
+    notices += test_size_notices(scenario.partition, partition)
+    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices))
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -98,10 +112,51 @@ def resumable_run(run_dir: Path) -> Scenario:
     return load_scenario(run_dir / "scenario.yaml")
 
 
-def claim_run_dir(run_dir: Path) -> None:
-    if run_dir.exists() and any(run_dir.iterdir()):
+def check_run_dir_free(run_dir: Path) -> None:
+    """A new run's folder must be absent or empty, and creatable."""
+    if run_dir.is_file() or run_dir.is_symlink() and not run_dir.is_dir():
+        raise ScenarioError(f"--out {run_dir}: this is a file, not a folder; give a new run folder")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
         raise ScenarioError(f"--out {run_dir}: the folder already holds files; choose a new run folder or remove it")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    for parent in run_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ScenarioError(f"--out {run_dir}: {parent} is a file, so the run folder cannot be created there")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ScenarioError(f"--out {run_dir}: cannot create folders in {parent} (no write permission)")
+            break
+
+
+def claim_run_dir(run_dir: Path) -> bool:
+    """Create the folder of a new run; True when it did not exist before."""
+    check_run_dir_free(run_dir)
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(f"--out {run_dir}: cannot create the run folder ({exc.strerror or exc})") from None
+    return created
+
+
+@contextmanager
+def _new_run_dir(scenario: Scenario, run_dir: Path, resume: bool) -> Iterator[None]:
+    """The folder of a new run, with its scenario.yaml. Bad input found while the run
+    starts (a ScenarioError before any round was logged) removes what was written, so
+    the corrected rerun can use the same folder."""
+    if resume:
+        yield
+        return
+    created = claim_run_dir(run_dir)
+    write_text_durably(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
+    try:
+        yield
+    except ScenarioError:
+        if all(entry.name.lstrip(".").startswith(("scenario.yaml", MANIFEST)) for entry in run_dir.iterdir()):
+            for entry in run_dir.iterdir():
+                entry.unlink()
+            if created:
+                run_dir.rmdir()
+        raise
 
 
 def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None, resume: bool = False) -> RunSummary:
@@ -114,16 +169,18 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
         # newest one is passed over for the previous one, and said so
         checkpoint = find_checkpoint(run_dir)
         _report_damaged_checkpoints(checkpoint, observer)
-    else:
-        claim_run_dir(run_dir)
-        write_text_durably(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
     if choose_backend(scenario.runtime) == "local":
-        summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
+        with _new_run_dir(scenario, run_dir, resume):
+            summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
     else:
+        from hdcfl_ray.runtime.placement import count_hosts
         from hdcfl_ray.runtime.ray_session import RaySession  # Ray is imported only for a Ray run
 
         with RaySession(scenario.runtime) as session:
-            summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint)
+            # a joined cluster can be measured only now, still before the run directory exists
+            session.check_capacity(count_hosts(scenario.runtime, prepared.partition.num_clients, session.cpus, session.gpus), scenario.runtime)
+            with _new_run_dir(scenario, run_dir, resume):
+                summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint)
     update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     if observer is not None:
         observer.on_finish(summary)

@@ -1,8 +1,10 @@
-"""Partition settings that cannot work for a given dataset, caught before any data is split."""
+"""Partition settings that cannot work for a given dataset, caught before any data is
+split, and settings a partition can only honour in part (said, not hidden)."""
 
 from __future__ import annotations
 
 from hdcfl_ray.config.schema import PartitionConfig
+from hdcfl_ray.data.partitions.client_data import Partition
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -27,3 +29,19 @@ def check_partition_against_dataset(
             f"{dataset_name} (choose partition.min_samples 1..{num_train // config.num_clients} "
             f"or fewer partition.num_clients)"
         )
+
+
+def test_size_notices(config: PartitionConfig, partition: Partition) -> list[str]:
+    """A notice when `partition.test_per_client` asks for more test images than some
+    clients can draw from the test images of their own classes (they get fewer)."""
+    if config.test_per_client is None:
+        return []
+    sizes = [int(client.test_indices.shape[0]) for client in partition.clients]
+    capped = [size for size in sizes if size < config.test_per_client]
+    if not capped:
+        return []
+    received = f"{min(capped)}" if min(capped) == max(capped) else f"{min(capped)} to {max(capped)}"
+    return [
+        f"partition.test_per_client: {config.test_per_client} is more than the test split holds for the classes of "
+        f"{len(capped)} of {len(sizes)} clients; they get {received} test images each (capped)"
+    ]
