@@ -14,19 +14,24 @@ import torch
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.models import build_split_model
 from hdcfl_ray.runtime.inprocess import local_host
+from hdcfl_ray.runtime.local_training import client_generator
 from hdcfl_ray.runtime.simulation import prepare_run
 from tests.conftest import tiny_scenario
 
-EXPORT_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck" / "export_split.py"
+CROSSCHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck"
 
 
-def _export_module():
-    spec = importlib.util.spec_from_file_location("crosscheck_export_split", EXPORT_PATH)
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"crosscheck_{name}", CROSSCHECK / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their module by name
     spec.loader.exec_module(module)
     return module
+
+
+def _export_module():
+    return _module("export_split")
 
 
 def _rotated_scenario(write_scenario) -> Path:
@@ -81,3 +86,17 @@ def test_export_writes_the_split_the_seeded_initial_model_and_the_protocol(write
     assert settings["batch_size"] == prepared.scenario.protocol.batch_size
     assert settings["model"] == {"in_channels": 1, "width": 8, "feature_dim": 32}
     assert (tmp_path / "export" / "work").is_dir()
+
+
+def test_the_diagnostic_batch_order_is_the_one_our_clients_train_with() -> None:
+    # pfllib_side.py imports only torch and numpy at module level; the reference is not needed.
+    side = _module("pfllib_side")
+    num_samples, batch_size = 71, 8
+    for seed, client_id, round_index in ((42, 0, 1), (123, 7, 30), (2026, 19, 12)):
+        ours = client_generator(seed, client_id, round_index)
+        batches = side.OurBatches(num_samples, batch_size, side.our_batch_generator(seed, client_id, round_index))
+        for _epoch in range(2):  # train_locally draws one permutation per epoch from the round's generator
+            order = torch.randperm(num_samples, generator=ours)
+            expected = [order[start : start + batch_size].tolist() for start in range(0, num_samples, batch_size)]
+            assert list(iter(batches)) == expected
+        assert len(batches) == 9  # the incomplete last batch is kept, as train_locally keeps it

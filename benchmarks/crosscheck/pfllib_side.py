@@ -37,6 +37,12 @@ training batches drop the last incomplete batch (`drop_last=True`), FedALA's
 weight learning reads a contiguous random 80% slice and stops its start phase on
 the standard deviation of the last ten losses, and client order inside a round is
 random.
+
+`--batch-order ours` is a diagnostic: every local update then reads the batches
+hdcfl-ray's client reads in that round (the same per-(seed, client, round)
+permutation for each epoch, the last batch kept even when incomplete) instead of
+PFLlib's shuffled, drop-last loader. With the batch order shared, whatever still
+differs between the two sides is arithmetic, not sampling.
 """
 
 from __future__ import annotations
@@ -111,6 +117,33 @@ def build_model(settings: dict[str, Any], init_path: Path, split: bool) -> nn.Mo
     return BaseHeadSplit(model, model_head)
 
 
+def our_batch_generator(seed: int, client_id: int, round_index: int) -> torch.Generator:
+    """hdcfl-ray's per-(seed, client, round) batch-order generator
+    (hdcfl_ray/runtime/local_training.py `client_generator`, which this venv cannot import)."""
+    entropy = np.random.SeedSequence([seed, client_id, round_index, 0x7EA1]).generate_state(1)[0]
+    generator = torch.Generator()
+    generator.manual_seed(int(entropy))
+    return generator
+
+
+class OurBatches:
+    """A batch sampler giving hdcfl-ray's batches: each pass (epoch) draws the next
+    permutation from the round's generator and cuts it into batches, the last one kept."""
+
+    def __init__(self, num_samples: int, batch_size: int, generator: torch.Generator) -> None:
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.generator = generator
+
+    def __iter__(self):
+        order = torch.randperm(self.num_samples, generator=self.generator).tolist()
+        for start in range(0, self.num_samples, self.batch_size):
+            yield order[start : start + self.batch_size]
+
+    def __len__(self) -> int:
+        return -(-self.num_samples // self.batch_size)
+
+
 def reference_args(settings: dict[str, Any], method: str, model: nn.Module, dataset: str) -> SimpleNamespace:
     """PFLlib's argument namespace (the attributes its servers and clients read)."""
     rounds = settings["rounds"]
@@ -152,9 +185,9 @@ def reference_args(settings: dict[str, Any], method: str, model: nn.Module, data
     )
 
 
-def match_protocol(server: Any, settings: dict[str, Any], method: str) -> list[dict[str, Any]]:
-    """Install the optimizer, evaluation record and FedBABU fine-tuning described above;
-    returns the list every evaluation appends to."""
+def match_protocol(server: Any, settings: dict[str, Any], method: str, our_batch_order: bool = False) -> list[dict[str, Any]]:
+    """Install the optimizer, evaluation record and FedBABU fine-tuning described above
+    (and, with `our_batch_order`, hdcfl-ray's batches); returns the list every evaluation appends to."""
 
     def sgd(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
@@ -165,11 +198,25 @@ def match_protocol(server: Any, settings: dict[str, Any], method: str) -> list[d
     for client in server.clients:
         client.optimizer = training_sgd(client.model)
 
+        client.crosscheck_round = 0
+
         def train(client: Any = client, reference_train: Any = client.train) -> None:
+            client.crosscheck_round += 1  # hdcfl-ray's 1-based round of this local update
             client.optimizer = training_sgd(client.model)  # fresh optimizer state per local update
             reference_train()
 
         client.train = train
+
+        if our_batch_order:
+            from torch.utils.data import DataLoader
+            from utils.data_utils import read_client_data
+
+            def load_train_data(batch_size: int | None = None, client: Any = client) -> DataLoader:
+                data = read_client_data(client.dataset, client.id, is_train=True)
+                generator = our_batch_generator(int(settings["seed"]), client.id, client.crosscheck_round)
+                return DataLoader(data, batch_sampler=OurBatches(len(data), batch_size or client.batch_size, generator))
+
+            client.load_train_data = load_train_data
 
         if method == "fedbabu":
             finetune = settings["fedbabu"]
@@ -204,6 +251,12 @@ def main() -> int:
     parser.add_argument("--method", choices=sorted(METHODS), required=True)
     parser.add_argument("--out", type=Path, required=True, help="result JSON")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--batch-order",
+        choices=("reference", "ours"),
+        default="reference",
+        help="ours: read hdcfl-ray's batches in every local update (a diagnostic, see above)",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -224,12 +277,13 @@ def main() -> int:
         torch.manual_seed(seed)
         np.random.seed(seed)
         random.seed(seed)
-        records = match_protocol(server, settings, args.method)
+        records = match_protocol(server, settings, args.method, our_batch_order=args.batch_order == "ours")
         server.train()
     final = records[-1]
     result = {
         "method": args.method,
         "reference_class": class_name,
+        "batch_order": args.batch_order,
         "seed": settings["seed"],
         "rounds": settings["rounds"],
         "evaluations": len(records),

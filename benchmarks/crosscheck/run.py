@@ -2,7 +2,8 @@
 
     python benchmarks/crosscheck/run.py --pfllib PFLLIB/system --ref-python REF_VENV/bin/python \
         [--scenario scenarios/quickstart.yaml] [--methods fedavg,fedavg_se,fedbabu,fedala,local] \
-        [--seeds 42,123,2026] [--set KEY=VALUE]... [--work runs/crosscheck] [--table FILE]
+        [--seeds 42,123,2026] [--set KEY=VALUE]... [--work runs/crosscheck] [--table FILE] \
+        [--batch-order reference|ours]
 
 For every seed it exports the scenario's clients, seeded initial model and
 settings (export_split.py), then for every method runs hdcfl-ray (`hdcfl-ray
@@ -12,6 +13,9 @@ to both sides (e.g. `--set protocol.rounds=10`). Finished runs are kept under
 --work and skipped on a rerun. It prints, and with --table writes, the
 comparison tables: the final-round mean over clients of each client's test
 accuracy, mean ± sample std over seeds for each side, and every seed's number.
+`--batch-order ours` reruns only the PFLlib side with hdcfl-ray's batches in
+every local update (a diagnostic: with the sampling shared, what still differs is
+arithmetic); its results are kept apart from the default ones.
 
 Method pairs (hdcfl-ray -> PFLlib): fedavg -> FedAvg, fedavg_se -> FedPer,
 fedbabu -> FedBABU, fedala -> FedALA, local -> Local.
@@ -86,9 +90,10 @@ def our_final(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def reference_run(ref_python: Path, pfllib: Path, root: Path, method: str, out: Path) -> dict[str, Any]:
+def reference_run(ref_python: Path, pfllib: Path, root: Path, method: str, out: Path, batch_order: str) -> dict[str, Any]:
     if not out.is_file():
-        cmd = [str(ref_python), str(PFLLIB_SIDE), "--pfllib", str(pfllib), "--root", str(root), "--method", method, "--out", str(out)]
+        cmd = [str(ref_python), str(PFLLIB_SIDE), "--pfllib", str(pfllib), "--root", str(root), "--method", method,
+               "--out", str(out), "--batch-order", batch_order]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=REPO_ROOT, env=clean_env())
     return json.loads(out.read_text())
@@ -136,6 +141,8 @@ def main() -> int:
     parser.add_argument("--ref-python", type=Path, required=True, help="python of the reference's venv")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "crosscheck")
     parser.add_argument("--table", type=Path, help="write the tables to this file")
+    parser.add_argument("--batch-order", choices=("reference", "ours"), default="reference",
+                        help="ours: PFLlib reads hdcfl-ray's batches (diagnostic)")
     args = parser.parse_args()
 
     methods = [m for m in args.methods.split(",") if m]
@@ -152,7 +159,9 @@ def main() -> int:
         for method in methods:
             run_dir = our_run(args.scenario, method, seed, args.overrides, work / "ours" / f"{method}-seed{seed}")
             ours = our_final(run_dir)
-            ref = reference_run(args.ref_python, args.pfllib, root, method, work / "pfllib" / f"{method}-seed{seed}.json")
+            suffix = "" if args.batch_order == "reference" else "-our-batch-order"
+            ref_out = work / "pfllib" / f"{method}-seed{seed}{suffix}.json"
+            ref = reference_run(args.ref_python, args.pfllib, root, method, ref_out, args.batch_order)
             results[method][seed] = {
                 "ours": ours["mean_client_accuracy"],
                 "pfllib": ref["final_mean_client_accuracy"],
@@ -160,7 +169,7 @@ def main() -> int:
                 "ours_client_accuracy": ours["client_accuracy"],
                 "pfllib_client_accuracy": ref["final_client_accuracy"],
             }
-            (work / "results.json").write_text(json.dumps({m: {str(s): v for s, v in r.items()} for m, r in results.items()}, indent=1))
+            (work / f"results{suffix}.json").write_text(json.dumps({m: {str(s): v for s, v in r.items()} for m, r in results.items()}, indent=1))
             print(f"{method} seed {seed}: ours {100 * ours['mean_client_accuracy']:.2f}  PFLlib {100 * ref['final_mean_client_accuracy']:.2f}", flush=True)
     text = tables(results, seeds)
     print(text)
