@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from hdcfl_ray.config.ranges import check_integer_ranges
 from hdcfl_ray.config.schema import Scenario
@@ -124,29 +124,61 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
 
 def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: str) -> str:
     lines = [f"{source}: invalid scenario"]
+    # A key whose type is a union (`clients_per_actor: int | "auto"`) fails once per
+    # member, under locations such as `...clients_per_actor.int`: one line per key.
+    by_key: dict[str, list[str]] = {}
     for error in exc.errors():
         location = [str(part) for part in error["loc"]]
-        key_path = ".".join(location)
         kind = error["type"]
         message = error["msg"].removeprefix("Value error, ")
         if kind == "extra_forbidden":
+            key_path = ".".join(location)
             section = ".".join(location[:-1])
             allowed = _allowed_keys(location[:-1], raw)
             where = f"in {section}" if section else "at the top level"
             lines.append(f"  {key_path}: unknown key {where}; allowed keys: {', '.join(allowed)}")
-        elif kind == "missing":
-            lines.append(f"  {key_path}: required key is missing")
+            continue
+        key_path = ".".join(_key_location(location))
+        if kind == "missing":
+            text = "required key is missing"
         elif kind == "literal_error":
-            value = _lookup(raw, location)
-            allowed = error.get("ctx", {}).get("expected", "")
-            lines.append(f"  {key_path}: {value!r} is not allowed; choose one of: {allowed}")
-        elif location:
-            value = _lookup(raw, location)
-            shown = "" if value is _MISSING else f" {value!r}:"
-            lines.append(f"  {key_path}:{shown} {message}")
+            text = f"is not allowed; choose one of: {error.get('ctx', {}).get('expected', '')}"
         else:
-            lines.append(f"  {message}")
+            text = message
+        by_key.setdefault(key_path, []).append(text)
+    for key_path, texts in by_key.items():
+        if not key_path:
+            lines += [f"  {text}" for text in texts]
+            continue
+        if texts == ["required key is missing"]:
+            lines.append(f"  {key_path}: required key is missing")
+            continue
+        value = _lookup(raw, key_path.split("."))
+        shown = "" if value is _MISSING else f" {value!r}"
+        if len(texts) == 1 and texts[0].startswith("is not allowed"):
+            lines.append(f"  {key_path}:{shown} {texts[0]}")
+        else:
+            alternatives = "; or: ".join(text.removeprefix("is not allowed; ") for text in texts)
+            lines.append(f"  {key_path}:{shown}{':' if shown else ''} {alternatives}")
     return "\n".join(lines)
+
+
+def _key_location(location: list[str]) -> list[str]:
+    """The scenario keys of an error location, without the union-member tags pydantic
+    appends (`int`, `literal['auto']`): the longest prefix that names schema keys."""
+    model: Any = Scenario
+    keys: list[str] = []
+    for part in location:
+        if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            keys.append(part)
+            annotation = model.model_fields[part].annotation
+            model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        elif part.isdigit() and keys:  # an item of a list key such as partition.angles
+            keys.append(part)
+            model = None
+        else:
+            break
+    return keys
 
 
 _MISSING = object()

@@ -63,6 +63,16 @@ REQUIRED_TRACE_COLUMNS = ("client_id", "speed", "delay")
 def read_trace(path: Path) -> pa.Table:
     if not path.is_file():
         raise ScenarioError(f"{TRACE_KEY}: {path} does not exist (a CSV or Parquet file with client_id, speed, delay)")
+    if path.suffix != ".parquet":
+        # Arrow reads undecodable header bytes and fails only when the names are asked for
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScenarioError(
+                f"{TRACE_KEY}: {path} is not a text file (byte {exc.start} is not UTF-8); a trace is a CSV text file or a .parquet file"
+            ) from None
+        except OSError as exc:
+            raise ScenarioError(f"{TRACE_KEY}: {path} cannot be read ({exc.strerror or exc})") from None
     try:
         table = pq.read_table(path) if path.suffix == ".parquet" else pacsv.read_csv(path)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
