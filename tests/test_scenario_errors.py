@@ -372,3 +372,17 @@ def test_a_joined_clusters_capacity_is_checked_before_the_run_directory(ray_sess
     with pytest.raises(ScenarioError, match="need 8 CPUs"):
         run_simulation(dataclasses.replace(prepared, scenario=too_big), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_cluster_address_where_nothing_listens_exits_2(write_scenario, monkeypatch):
+    import socket
+
+    from hdcfl_ray.config import machine_checks
+
+    monkeypatch.setattr(machine_checks, "ray_placement", lambda runtime: "cluster")
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_validate(write_scenario(tiny_scenario(runtime={"address": f"127.0.0.1:{port}"})))
+    assert result.exit_code == 2, result.output
+    assert "runtime.address" in result.output and "nothing answers" in result.output

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import socket
 import sys
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ HOST_ACTOR_BYTES = 512 * 2**20
 # copy, its gradients and its optimiser state (momentum), before any algorithm's extras.
 ENCODER_COPIES = 4
 GIB = 2**30
+# seconds to wait for a TCP answer from a cluster address before calling it unreachable
+REACH_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
         _check_dashboard(runtime)
     capacity = planned_capacity(runtime, where)
     if capacity is None:  # a cluster not joined yet: measured once connected (simulation.run_simulation)
+        check_cluster_reachable(str(runtime.address))
         return [
             *notices,
             f"runtime.address: the CPUs and GPUs of the cluster at {runtime.address!r} are checked against the actors "
@@ -124,6 +128,21 @@ def _dashboard_notices(runtime: RuntimeConfig, where: str) -> list[str]:
         "runtime.include_dashboard: a joined cluster has the dashboard its head node was started with "
         "(ray start --head --include-dashboard=true); this key applies to a private Ray instance only"
     ]
+
+
+def check_cluster_reachable(address: str) -> None:
+    """A `host:port` with nothing listening would keep ray.init retrying for minutes:
+    try one TCP connection first ("auto" and ray:// addresses are left to Ray)."""
+    host, separator, port = address.rpartition(":")
+    if not separator or not port.isdigit() or "://" in address or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as error:
+        raise ScenarioError(
+            f"runtime.address: nothing answers at {address} ({error.strerror or error}); start the cluster's head "
+            "there (ray start --head --port=...), or set runtime.address: null for a private instance"
+        ) from None
 
 
 def planned_hosts(runtime: RuntimeConfig, num_clients: int, capacity: Capacity) -> int:

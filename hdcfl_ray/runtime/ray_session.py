@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from hdcfl_ray.config.machine_checks import Capacity, check_actor_capacity, is_loopback_host
+from hdcfl_ray.config.machine_checks import Capacity, check_actor_capacity, check_cluster_reachable, is_loopback_host
 from hdcfl_ray.config.schema import RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
 
@@ -84,6 +84,7 @@ class RaySession:
                 start_private_ray(self.runtime.num_cpus, self.runtime.include_dashboard, self.runtime.dashboard_host)
             else:
                 _quiet_ray_environment()
+                check_cluster_reachable(self.runtime.address)
                 try:
                     ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
                 except ConnectionError as error:  # Ray's answer when no cluster is at the address
