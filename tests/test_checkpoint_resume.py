@@ -1,5 +1,6 @@
-"""Checkpoints: a safe codec, and a run stopped after round k resumes to the same
-final metrics with no duplicate log rows."""
+"""Checkpoints: a safe codec; a run stopped after round k resumes to the same
+final metrics with no duplicate log rows; a crash while writing, or a damaged
+checkpoint or manifest, never costs more than the rounds since the previous one."""
 
 from __future__ import annotations
 
@@ -246,22 +247,23 @@ def test_the_manifest_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "manifest.json").read_text()) == {"status": "running"}
 
 
-def _stopped_local_run(tmp_path, write_scenario, rounds=4, stop_after=3):
-    """A tiny local-backend run with a checkpoint every round, stopped after `stop_after`
-    rounds, and the uninterrupted reference run of the same scenario."""
-    from typer.testing import CliRunner
+LOCAL_RUN = tiny_scenario(protocol={"rounds": 4}, checkpoint={"every": 1}, runtime={"backend": "local"})
 
-    from cli import app
 
-    data = tiny_scenario(protocol={"rounds": rounds}, checkpoint={"every": 1}, runtime={"backend": "local"})
-    path = write_scenario(data)
-    reference = tmp_path / "reference"
-    result = CliRunner().invoke(app, ["simulate", str(path), "--out", str(reference), "--quiet"])
-    assert result.exit_code == 0, result.output
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory):
+    """The uninterrupted local-backend run that the resumed runs below must equal."""
+    reference = tmp_path_factory.mktemp("local") / "reference"
+    run_simulation(prepare_run(build_scenario(LOCAL_RUN)), reference, QuietObserver())
+    return reference
+
+
+def _stopped_local_run(tmp_path, stop_after=3):
+    """LOCAL_RUN with a checkpoint every round, stopped after `stop_after` rounds."""
     stopped = tmp_path / "stopped"
     with pytest.raises(KeyboardInterrupt):
-        run_simulation(prepare_run(build_scenario(data)), stopped, StopAfterRound(stop_after))
-    return reference, stopped
+        run_simulation(prepare_run(build_scenario(LOCAL_RUN)), stopped, StopAfterRound(stop_after))
+    return stopped
 
 
 def _assert_same_client_metrics(reference, got_dir):
@@ -276,14 +278,14 @@ def _assert_same_client_metrics(reference, got_dir):
 
 
 @pytest.mark.slow
-def test_resume_with_a_truncated_checkpoint_names_it_and_continues_from_the_previous_one(tmp_path, write_scenario):
+def test_resume_with_a_truncated_checkpoint_names_it_and_continues_from_the_previous_one(tmp_path, local_reference):
     import json
 
     from typer.testing import CliRunner
 
     from cli import app
 
-    reference, stopped = _stopped_local_run(tmp_path, write_scenario)  # checkpoints of rounds 2 and 3 on disk
+    stopped = _stopped_local_run(tmp_path)  # checkpoints of rounds 2 and 3 on disk
     _truncate(stopped / "checkpoint" / "arrays.npz")
     result = CliRunner().invoke(app, ["simulate", "--resume", str(stopped), "--quiet"])
     assert result.exit_code == 0, result.output
@@ -291,10 +293,10 @@ def test_resume_with_a_truncated_checkpoint_names_it_and_continues_from_the_prev
     manifest = json.loads((stopped / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["resumed_from_round"] == 2
     assert manifest["damaged_checkpoints"] and "arrays.npz" in manifest["damaged_checkpoints"][0]
-    _assert_same_client_metrics(reference, stopped)  # round 3 was redone once, not logged twice
+    _assert_same_client_metrics(local_reference, stopped)  # round 3 was redone once, not logged twice
 
 
-def test_an_empty_manifest_stops_resume_with_exit_2_naming_the_file(tmp_path, write_scenario):
+def test_an_empty_manifest_stops_resume_with_exit_2_naming_the_file(tmp_path):
     from typer.testing import CliRunner
 
     from cli import app
@@ -310,20 +312,20 @@ def test_an_empty_manifest_stops_resume_with_exit_2_naming_the_file(tmp_path, wr
 
 
 @pytest.mark.slow
-def test_a_deleted_manifest_is_written_anew_by_resume(tmp_path, write_scenario):
+def test_a_deleted_manifest_is_written_anew_by_resume(tmp_path, local_reference):
     import json
 
     from typer.testing import CliRunner
 
     from cli import app
 
-    reference, stopped = _stopped_local_run(tmp_path, write_scenario, rounds=3, stop_after=2)
+    stopped = _stopped_local_run(tmp_path, stop_after=2)
     (stopped / "manifest.json").unlink()
     result = CliRunner().invoke(app, ["simulate", "--resume", str(stopped), "--quiet"])
     assert result.exit_code == 0, result.output
     manifest = json.loads((stopped / "manifest.json").read_text())
     assert manifest["status"] == "completed" and "manifest_rewritten_at_resume" in manifest and manifest["packages"]
-    _assert_same_client_metrics(reference, stopped)
+    _assert_same_client_metrics(local_reference, stopped)
 
 
 def test_resume_refuses_to_change_a_setting_that_is_not_a_runtime_key(tmp_path):
