@@ -339,3 +339,12 @@ def test_resume_refuses_to_change_a_setting_that_is_not_a_runtime_key(tmp_path):
     result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--set", "protocol.optimizer.lr=0.01"])
     assert result.exit_code == 2, result.output
     assert "only runtime.* keys" in result.output
+
+
+def test_a_run_killed_while_writing_its_scenario_does_not_block_the_same_out_again(tmp_path):
+    from hdcfl_ray.runtime.simulation import claim_run_dir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / ".scenario.yaml.tmp").write_text("name: tin")  # killed before the rename
+    claim_run_dir(run_dir)  # no error: nothing of a run is there yet

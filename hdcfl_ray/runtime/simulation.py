@@ -116,7 +116,8 @@ def check_run_dir_free(run_dir: Path) -> None:
     """A new run's folder must be absent or empty, and creatable."""
     if run_dir.is_file() or run_dir.is_symlink() and not run_dir.is_dir():
         raise ScenarioError(f"--out {run_dir}: this is a file, not a folder; give a new run folder")
-    if run_dir.is_dir() and any(run_dir.iterdir()):
+    # a run killed while writing its scenario leaves only that hidden temporary file: not a run yet
+    if run_dir.is_dir() and any(entry.name != ".scenario.yaml.tmp" for entry in run_dir.iterdir()):
         raise ScenarioError(f"--out {run_dir}: the folder already holds files; choose a new run folder or remove it")
     for parent in run_dir.parents:
         if parent.exists():
