@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 from hdcfl_ray.config.schema import AlgorithmConfig, DatasetConfig, ModelConfig, RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
@@ -35,6 +36,11 @@ ENCODER_COPIES = 4
 GIB = 2**30
 # seconds to wait for a TCP answer from a cluster address before calling it unreachable
 REACH_TIMEOUT_S = 5.0
+
+
+# where a Ray run's actors go: the Ray this process already holds, a cluster named by
+# runtime.address and not joined yet, or a private instance the run starts
+Placement = Literal["joined", "cluster", "private"]
 
 
 @dataclass(frozen=True)
@@ -79,16 +85,14 @@ def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     return notices
 
 
-def ray_placement(runtime: RuntimeConfig) -> str:
-    """Where a Ray run's actors go: "joined" (the Ray this process already holds),
-    "cluster" (runtime.address, not joined yet) or "private" (an instance the run starts)."""
+def ray_placement(runtime: RuntimeConfig) -> Placement:
     ray = sys.modules.get("ray")  # not imported to ask: a process that never imported it holds none
     if ray is not None and ray.is_initialized():
         return "joined"
     return "private" if runtime.address is None else "cluster"
 
 
-def planned_capacity(runtime: RuntimeConfig, where: str) -> Capacity | None:
+def planned_capacity(runtime: RuntimeConfig, where: Placement) -> Capacity | None:
     if where == "joined":
         import ray
 
@@ -119,7 +123,7 @@ def _check_local_backend(runtime: RuntimeConfig) -> list[str]:
     return notices
 
 
-def _dashboard_notices(runtime: RuntimeConfig, where: str) -> list[str]:
+def _dashboard_notices(runtime: RuntimeConfig, where: Placement) -> list[str]:
     if not runtime.include_dashboard or where == "private":
         return []
     if where == "joined":
