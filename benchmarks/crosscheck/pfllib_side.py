@@ -269,7 +269,8 @@ def main() -> int:
     module_name, class_name, split = METHODS[args.method]
     server_class = getattr(importlib.import_module(module_name), class_name)
     model = build_model(settings, folder / "init.pt", split)
-    log_path = Path.cwd() / f"{args.method}.log"
+    suffix = "" if args.batch_order == "reference" else "-our-batch-order"
+    log_path = Path.cwd() / f"{args.method}{suffix}.log"  # the reference's own printout
     started = time.perf_counter()
     with log_path.open("w") as log, contextlib.redirect_stdout(log):
         server = server_class(reference_args(settings, args.method, model, args.dataset), 0)
