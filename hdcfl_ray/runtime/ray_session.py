@@ -15,7 +15,8 @@ cluster (`runtime.address`) is the only way to listen elsewhere.
 from __future__ import annotations
 
 import os
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import ray
 
@@ -35,31 +36,45 @@ def _quiet_ray_environment() -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 
-def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> None:
-    """Start a fresh Ray instance in this process whose services listen on loopback only."""
+@contextmanager
+def _single_machine() -> Iterator[None]:
+    """Ray's single-machine rule (every service and the driver on loopback) for one
+    `ray.init` of this process; a later join of a real cluster advertises the
+    machine's address again."""
     from ray._private import ray_constants
 
-    _quiet_ray_environment()
     saved_env = os.environ.get(SINGLE_MACHINE_ENV)
     saved_flag = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     os.environ[SINGLE_MACHINE_ENV] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
-    kwargs: dict[str, Any] = {"include_dashboard": include_dashboard}
-    if include_dashboard:
-        kwargs["dashboard_host"] = dashboard_host
     try:
-        # "local" starts a fresh instance even when a `ray start` cluster runs on this
-        # machine (ray.init() alone would join it): address null means a private Ray.
-        # Ray's own start-up notices are noise to a simulator user; failures still raise.
-        ray.init(address="local", num_cpus=num_cpus, logging_level="ERROR", configure_logging=True, **kwargs)
+        yield
     finally:
-        # Only this start is single-machine: a later join of a cluster from this
-        # process must advertise the machine's real address.
         ray_constants.ENABLE_RAY_CLUSTER = saved_flag
         if saved_env is None:
             os.environ.pop(SINGLE_MACHINE_ENV, None)
         else:
             os.environ[SINGLE_MACHINE_ENV] = saved_env
+
+
+def _joins_loopback(address: str) -> bool:
+    """A cluster address on loopback (e.g. a private instance's GCS, 127.0.0.1:PORT):
+    the driver that joins it must listen on loopback too, or the cluster cannot reach it."""
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host not in ("", "auto") and is_loopback_host(host)
+
+
+def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> None:
+    """Start a fresh Ray instance in this process whose services listen on loopback only."""
+    _quiet_ray_environment()
+    kwargs: dict[str, Any] = {"include_dashboard": include_dashboard}
+    if include_dashboard:
+        kwargs["dashboard_host"] = dashboard_host
+    with _single_machine():
+        # "local" starts a fresh instance even when a `ray start` cluster runs on this
+        # machine (ray.init() alone would join it): address null means a private Ray.
+        # Ray's own start-up notices are noise to a simulator user; failures still raise.
+        ray.init(address="local", num_cpus=num_cpus, logging_level="ERROR", configure_logging=True, **kwargs)
     node_ip = ray.util.get_node_ip_address()
     if not is_loopback_host(node_ip):  # a Ray that no longer follows the rule above
         ray.shutdown()
@@ -86,7 +101,11 @@ class RaySession:
                 _quiet_ray_environment()
                 check_cluster_reachable(self.runtime.address)
                 try:
-                    ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
+                    if _joins_loopback(self.runtime.address):
+                        with _single_machine():
+                            ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
+                    else:
+                        ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
                 except ConnectionError as error:  # Ray's answer when no cluster is at the address
                     raise ScenarioError(
                         f"runtime.address: {self.runtime.address!r}: no Ray cluster to join ({str(error).strip().splitlines()[0]}); "
