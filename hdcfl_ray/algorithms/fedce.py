@@ -11,8 +11,15 @@ verified reproduction:
 - Client k keeps mixing weights pi_k over the components (uniform until its
   first training round).
 - Participant k, every round:
-  1. E-step on all its training samples (eval mode, no grad):
-     r_{k,s}(x, y) = pi_{k,s} p_s(y | x) / sum_t pi_{k,t} p_t(y | x);
+  1. E-step on all its training samples (eval mode, no grad), tempered by T
+     (`temperature`):
+     r_{k,s}(x, y) = pi_{k,s} p_s(y | x)^(1/T) / sum_t pi_{k,t} p_t(y | x)^(1/T).
+     The likelihoods come from models trained on these very samples, so their
+     ratios are over-confident: with T = 1 (plain EM) almost every sample goes
+     wholly to one component, and under label skew the components split a
+     client's classes between them, each confidently wrong on the classes it
+     was not credited with, which the pi-weighted ensemble cannot undo. T > 1
+     keeps a client's samples shared by its components;
   2. pi_{k,s} <- mean over its samples of r_{k,s}, floored at sigma
      (`smoothing`) and renormalised, so no component is ruled out for good;
   3. M-step: every component s whose share m_{k,s} / n_k is at least
@@ -38,11 +45,12 @@ verified reproduction:
   one FedAvg starts from) and components 1..S-1 from independently seeded
   models (symmetry breaking, logged at round 1).
 
-With S = 1 every responsibility is exactly 1, training runs unweighted and the
-single model is scored directly, so FedCE is FedAvg bit for bit. Cost: S
-forward passes over the training set per local update and per evaluation, and
-up to S local trainings per participant (counted in the training budget).
-Averages run over every float entry, BatchNorm statistics included.
+With S = 1 every responsibility is exactly 1 (whatever T), training runs
+unweighted and the single model is scored directly, so FedCE is FedAvg bit for
+bit. Cost: S forward passes over the training set per local update and per
+evaluation, and up to S local trainings per participant (counted in the
+training budget). Averages run over every float entry, BatchNorm statistics
+included. Measurements and the designs this one replaced: docs/baselines.md.
 """
 
 from __future__ import annotations
@@ -215,8 +223,8 @@ class FedCE(AlgorithmDefaults):
         if self.count == 1:  # nothing to infer; skip the forward pass
             resp = np.ones((1, ctx.num_train))
         else:
-            losses = np.stack([ctx.per_sample_losses(model) for model in models])
-            resp = responsibilities(-losses.astype(np.float64), prior)
+            losses = np.stack([ctx.per_sample_losses(model) for model in models]).astype(np.float64)
+            resp = responsibilities(-losses / self.params.temperature, prior)
         return resp, updated_mixing(resp, self.params.smoothing)
 
     def local_update(self, ctx: Any, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedCEClient]:

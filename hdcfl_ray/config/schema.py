@@ -120,6 +120,8 @@ class FedCEParams(Section):
     smoothing: float = Field(1.0e-4, ge=0.0, le=1.0)  # sigma: floor on each mixing weight pi_{k,s}
     # a component explaining less than this share of a client's data is not trained by it
     min_share: float = Field(0.05, ge=0.0, le=1.0)
+    # T: the E-step uses p_s(y|x)^(1/T) (1 = plain EM); tempers over-confident trained likelihoods
+    temperature: float = Field(4.0, ge=1.0)
     ensemble: Literal["output", "parameter"] = "output"
 
 
