@@ -162,29 +162,28 @@ def test_a_killed_run_is_not_resumed_with_another_learning_rate(write_scenario, 
     assert "tiny/hdcfl" not in message  # runs not on disk yet are not in the way
 
 
-def test_runtime_keys_checkpoint_frequency_and_output_dir_may_differ_on_a_rerun(write_scenario, tmp_path, monkeypatch):
+def _rerun_over_finished_runs_skips_them_all(write_scenario, tmp_path, monkeypatch, *overrides: str) -> None:
+    """Finished runs on disk, then a rerun with `overrides`: every run is skipped, none run."""
     import hdcfl_ray.sweep.runner as runner
 
     path = write_scenario(tiny_scenario())
     out = tmp_path / "sw"
     _fabricate_runs(expand(_plan(path, out)))
     monkeypatch.setattr(runner, "RaySession", None)  # a sweep with nothing to do starts no cluster
-    runs = expand(_plan(path, out, "runtime.num_cpus_per_actor=2", "runtime.backend=local", "checkpoint.every=1", "output.dir=elsewhere"))
+    runs = expand(_plan(path, out, *overrides))
     outcome = run_sweep(runs, out, runs[0].scenario.runtime)
     assert sorted(outcome.skipped) == sorted(run.key for run in runs) and not outcome.completed
+
+
+def test_runtime_keys_checkpoint_frequency_and_output_dir_may_differ_on_a_rerun(write_scenario, tmp_path, monkeypatch):
+    _rerun_over_finished_runs_skips_them_all(
+        write_scenario, tmp_path, monkeypatch, "runtime.num_cpus_per_actor=2", "runtime.backend=local", "checkpoint.every=1", "output.dir=elsewhere"
+    )
 
 
 def test_another_methods_settings_do_not_count_as_a_change_of_a_finished_run(write_scenario, tmp_path, monkeypatch):
-    import hdcfl_ray.sweep.runner as runner
-
-    path = write_scenario(tiny_scenario())
-    out = tmp_path / "sw"
-    _fabricate_runs(expand(_plan(path, out)))
-    monkeypatch.setattr(runner, "RaySession", None)  # a sweep with nothing to do starts no cluster
-    # an IFCA calibration, written into the scenario file after the fedavg_se/hdcfl runs finished
-    runs = expand(_plan(path, out, "algorithm.ifca.clusters=8", "algorithm.pacfl.threshold=2.5"))
-    outcome = run_sweep(runs, out, runs[0].scenario.runtime)
-    assert sorted(outcome.skipped) == sorted(run.key for run in runs) and not outcome.completed
+    # an IFCA and a PACFL calibration, written into the scenario file after the fedavg_se/hdcfl runs finished
+    _rerun_over_finished_runs_skips_them_all(write_scenario, tmp_path, monkeypatch, "algorithm.ifca.clusters=8", "algorithm.pacfl.threshold=2.5")
 
 
 def test_a_run_folder_whose_scenario_cannot_be_read_is_listed_as_changed(write_scenario, tmp_path):

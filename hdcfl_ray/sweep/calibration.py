@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hdcfl_ray.config.loading import read_scenario_file
+from hdcfl_ray.config.loading import apply_overrides, read_scenario_file
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.sweep.grid import SweepPlan, SweepRun, expand
 
@@ -38,10 +38,7 @@ def calibration_runs(
         raise ScenarioError(f"--key {key!r}: give one dotted scenario key, e.g. algorithm.pacfl.threshold")
     if not values:
         raise ScenarioError("--values: give a comma-separated list of values, e.g. 1.5,2.5,4")
-    setting = str(read_scenario_file(scenario_file).get("name", scenario_file.stem))
-    for override in overrides:
-        if override.split("=", 1)[0].strip() == "name":
-            setting = override.split("=", 1)[1].strip()
+    setting = str(apply_overrides(read_scenario_file(scenario_file), list(overrides)).get("name", scenario_file.stem))
     runs: list[SweepRun] = []
     for value in values:
         variant = (*overrides, f"{key}={value}", f"name={variant_name(setting, key, value)}")
