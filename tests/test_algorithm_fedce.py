@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.base import EvalResult, ModelParams, Upload
 from hdcfl_ray.algorithms.fedavg import FedAvg
@@ -181,7 +182,7 @@ class HookRun:
     def __post_init__(self) -> None:
         self.model = mlp(self.seed)
         initial = as_params(self.model)
-        independent = [as_params(mlp(self.seed + 1000 * (i + 1))) for i in range(self.algorithm.independent_inits)]
+        independent = [as_params(mlp(seeding.model_init_seed(self.seed, i + 1))) for i in range(self.algorithm.independent_inits)]
         self.protocol = ProtocolConfig(local_epochs=2, batch_size=8, optimizer=OptimizerConfig(lr=0.05))
         self.indexes = (FlatIndex.of(self.model.encoder), FlatIndex.of(self.model.head))
         self.state = self.algorithm.init_server(initial, independent, len(self.clients))

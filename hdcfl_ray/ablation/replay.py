@@ -12,13 +12,13 @@ client that never trained still holds the initial head."""
 from __future__ import annotations
 
 import re
-
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.base import ModelParams
 from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.config.loading import load_scenario, parse_override, scenario_to_yaml
@@ -32,8 +32,8 @@ from hdcfl_ray.logs.manifest import update_manifest, write_manifest
 from hdcfl_ray.logs.refresh_cache import SavedRefresh, read_refresh_caches
 from hdcfl_ray.logs.table_writer import TableWriter
 from hdcfl_ray.runtime.client_host import ClientHost
-from hdcfl_ray.runtime.inprocess import local_host
 from hdcfl_ray.runtime.initial_model import initial_parameters
+from hdcfl_ray.runtime.inprocess import local_host
 from hdcfl_ray.runtime.messages import EvalStats
 from hdcfl_ray.runtime.simulation import PreparedRun, prepare_run
 
@@ -124,7 +124,7 @@ def _replay(prepared: PreparedRun, run_scenario: Scenario, refreshes: list[Saved
         round_started = time.perf_counter()
         refresh_index = run_schedule.refresh_index(saved.round_index)
         result = refresh_groups(
-            saved.heads, saved.encoders, saved.num_samples.astype(np.float64), scenario.algorithm.hdcfl, seed=scenario.seed + refresh_index
+            saved.heads, saved.encoders, saved.num_samples.astype(np.float64), scenario.algorithm.hdcfl, seed=seeding.int_seed(scenario.seed, "kmeans", refresh_index)
         )
         client_rows = _score_clients(host, scenario, saved, result, initial.head, partition.num_clients, true_groups)
         group_labels = {int(k): int(result.labels[i]) for i, k in enumerate(saved.client_ids)}

@@ -35,13 +35,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.config.schema import FedSoftParams, Scenario
-
-SELECTION_STREAM = 0x50F7  # server RNG stream of the per-centre client draws
 
 
 def centre_name(index: int) -> str:
@@ -158,7 +157,7 @@ class FedSoft(AlgorithmDefaults):
         if state.weighted:
             state.selections = None
             return sorted(online) if self.params.selection_mode == "all_clients" else sorted(sampled)
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, round_index, SELECTION_STREAM]))
+        rng = seeding.rng(self.seed, "fedsoft_selection", round_index)
         weights = np.zeros_like(state.weights)
         weights[:, online] = state.weights[:, online]
         state.selections = select_per_centre(weights, min(self.params.selection, state.num_clients), rng)

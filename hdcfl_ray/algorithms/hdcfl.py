@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RefreshSummary, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
@@ -82,7 +83,7 @@ class HDCFL(FedAvgSE):
         encoders = [state.cache[k].encoder for k in client_ids]
         counts = np.asarray([state.cache[k].num_samples for k in client_ids], dtype=np.float64)
         # k-means is seeded by the run seed and the refresh index, so a run is reproducible.
-        result = refresh_groups(heads, encoders, counts, self.params, seed=self.seed + self.refresh_index(round_index))
+        result = refresh_groups(heads, encoders, counts, self.params, seed=seeding.int_seed(self.seed, "kmeans", self.refresh_index(round_index)))
         state.personalisation = Personalisation(
             prototypes=result.prototypes,
             memberships={k: result.memberships[i] for i, k in enumerate(client_ids)},

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.cluster_models import (
     average_within_clusters,
@@ -37,7 +38,6 @@ from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.config.schema import IFCAParams, Scenario
 
 # Seed-sequence tag of the assignment subset (kept apart from every other stream).
-_SUBSET_STREAM = 0x1FCA
 
 
 def assignment_subset(num_samples: int, limit: int, seed: int, client_id: int) -> np.ndarray:
@@ -45,7 +45,7 @@ def assignment_subset(num_samples: int, limit: int, seed: int, client_id: int) -
     (seed, client) so the subset is the same every round."""
     if num_samples <= limit:
         return np.arange(num_samples, dtype=np.int64)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, client_id, _SUBSET_STREAM]))
+    rng = seeding.rng(seed, "ifca_assignment", client_id)
     return np.sort(rng.choice(num_samples, size=limit, replace=False)).astype(np.int64)
 
 

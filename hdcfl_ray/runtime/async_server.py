@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
 from hdcfl_ray.algorithms.base import RoundNotes, Upload
 from hdcfl_ray.runtime.host_pool import TrainingHandle
@@ -94,7 +95,7 @@ class AsyncFederatedServer(FederatedServer):
             idle = self._idle_clients()
             if not idle:
                 return
-            rng = np.random.default_rng(np.random.SeedSequence([self.seed, self.dispatches, 0xA5C]))
+            rng = seeding.rng(self.seed, "async_dispatch", self.dispatches)
             self._dispatch(int(idle[rng.integers(len(idle))]))
 
     # ---- one server version ----

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.base import ModelParams
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
@@ -71,7 +72,7 @@ class ClientContext:
 
     def numpy_rng(self, stream: int = 0) -> np.random.Generator:
         """A numpy generator fixed by (seed, client, round, stream)."""
-        return np.random.default_rng(np.random.SeedSequence([self.seed, self.client_id, self.round_index, 0xC11E, stream]))
+        return seeding.rng(self.seed, "client", self.client_id, self.round_index, sub=stream)
 
     # ---- weights ----
     def load(self, params: ModelParams, head: np.ndarray | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.base import ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.dataset import ImageDataset
@@ -19,7 +20,7 @@ def independent_initialisations(scenario: Scenario, dataset: ImageDataset, count
     models = []
     for index in range(count):
         model = build_split_model(
-            scenario.model, in_channels=dataset.channels, num_classes=dataset.num_classes, seed=scenario.seed + 1000 * (index + 1)
+            scenario.model, in_channels=dataset.channels, num_classes=dataset.num_classes, seed=seeding.model_init_seed(scenario.seed, index + 1)
         )
         models.append(ModelParams(encoder=flatten_module(model.encoder), head=flatten_module(model.head)))
     return models

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
+from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import OptimizerConfig
 from hdcfl_ray.models import SplitModel
 from hdcfl_ray.runtime.messages import EvalStats
@@ -178,7 +178,6 @@ def evaluate(
 
 def client_generator(seed: int, client_id: int, round_index: int) -> torch.Generator:
     """A generator fixed by (run seed, client, round) alone."""
-    entropy = np.random.SeedSequence([seed, client_id, round_index, 0x7EA1]).generate_state(1)[0]
     generator = torch.Generator()
-    generator.manual_seed(int(entropy))
+    generator.manual_seed(seeding.int_seed(seed, "batches", client_id, round_index))
     return generator

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
+from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import AvailabilityConfig, StragglerConfig
 
 
@@ -16,7 +15,7 @@ def select_clients(num_clients: int, clients_per_round: int, seed: int, round_in
     pool = list(range(num_clients)) if candidates is None else sorted(candidates)
     if clients_per_round >= len(pool):
         return pool
-    rng = np.random.default_rng(np.random.SeedSequence([seed, round_index, 0x5A3]))
+    rng = seeding.rng(seed, "sampling", round_index)
     chosen = rng.choice(len(pool), size=clients_per_round, replace=False)
     return sorted(pool[int(i)] for i in chosen)
 
@@ -24,7 +23,7 @@ def select_clients(num_clients: int, clients_per_round: int, seed: int, round_in
 def available_clients(num_clients: int, availability: AvailabilityConfig, seed: int, round_index: int) -> list[int]:
     if availability.kind == "always":
         return list(range(num_clients))
-    rng = np.random.default_rng(np.random.SeedSequence([seed, round_index, 0xA7A1]))
+    rng = seeding.rng(seed, "availability", round_index)
     online = rng.random(num_clients) < availability.probability
     return [client_id for client_id in range(num_clients) if online[client_id]]
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import Distribution, SystemConfig
 from hdcfl_ray.errors import ScenarioError
 
@@ -43,7 +44,7 @@ def draw(distribution: Distribution, count: int, rng: np.random.Generator) -> np
 
 
 def client_profiles(system: SystemConfig, num_clients: int, seed: int) -> list[ClientProfile]:
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC10C]))
+    rng = seeding.rng(seed, "clock")
     speeds = draw(system.speed, num_clients, rng)
     delays = draw(system.delay, num_clients, rng)
     profiles = [ClientProfile(speed=float(s), delay=float(d)) for s, d in zip(speeds, delays)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.data.partitions.client_data import ClientData, Partition
 from hdcfl_ray.data.partitions.dirichlet import dirichlet_partition
@@ -32,7 +33,7 @@ def build_partition(
     for split_name, labels in (("train", train_labels), ("test", test_labels)):
         if labels.size and not 0 <= labels.min() <= labels.max() < num_classes:
             raise ValueError(f"{split_name} labels must lie in 0..{num_classes - 1}")
-    train_seed, test_seed = np.random.SeedSequence(seed).spawn(2)
+    train_seed, test_seed = seeding.data_streams(seed)
     try:
         split = _split_train(config, train_labels, np.random.default_rng(train_seed))
     except ValueError as error:

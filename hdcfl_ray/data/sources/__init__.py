@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import DatasetConfig
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.cifar import CIFAR10, CIFAR100, load_cifar
@@ -20,7 +21,7 @@ __all__ = ["dataset_num_classes_hint", "load_dataset"]
 
 def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
     """Build the configured dataset, then keep at most max_train/test_samples of it (seeded)."""
-    train_seed, test_seed = np.random.SeedSequence(seed).spawn(2)
+    train_seed, test_seed = seeding.data_streams(seed)
     dataset = _load_source(config, seed, train_seed, test_seed)
     train_keep = _seeded_subset(dataset.train_labels.shape[0], config.max_train_samples, train_seed)
     test_keep = _seeded_subset(dataset.test_labels.shape[0], config.max_test_samples, test_seed)
