@@ -139,7 +139,7 @@ def simulate(
 @app.command()
 def sweep(
     files: List[Path] = typer.Argument(..., help="Scenario files, or one sweep file (scenarios:, algorithms:, seeds:, set:)."),
-    algorithms: Optional[str] = typer.Option(None, "--algorithms", help="Comma-separated methods, e.g. fedavg_se,hdcfl,ifca (default: each scenario's own)."),
+    algorithms: Optional[str] = typer.Option(None, "--algorithms", help="Comma-separated methods, e.g. fedavg_se,hdcfl,ifca, or all (default: each scenario's own)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, e.g. 42,123,2026 (default: each scenario's own)."),
     overrides: Optional[List[str]] = SetOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Sweep folder: one run directory per setting/method/seed, and index.json."),

@@ -27,10 +27,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import append_markdown, machine_description, print_table  # noqa: E402
-from hdcfl_ray.algorithms.base import ModelParams, Upload  # noqa: E402
+from hdcfl_ray.contract import ModelParams, Upload  # noqa: E402
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE  # noqa: E402
 from hdcfl_ray.algorithms.hdcfl import HDCFL  # noqa: E402
-from hdcfl_ray.config.schema import HDCFLParams, ModelConfig  # noqa: E402
+from hdcfl_ray.algorithms.hdcfl import HDCFLParams  # noqa: E402
+from hdcfl_ray.config.schema import ModelConfig  # noqa: E402
 from hdcfl_ray.diagnostics.clustering import adjusted_rand  # noqa: E402
 from hdcfl_ray.models import FlatIndex, build_split_model  # noqa: E402
 

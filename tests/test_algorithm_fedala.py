@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.ala import (
+from hdcfl_ray.algorithms.fedala_weights import (
     TRAINING_SUBSET_STREAM,
     adaptive_local_init,
     blend,
@@ -22,12 +22,13 @@ from hdcfl_ray.algorithms.ala import (
     top_slots,
     weight_step,
 )
-from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.algorithms.fedala import FedALA
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.config.schema import FedALAParams, ProtocolConfig
+from hdcfl_ray.algorithms.fedala import FedALAParams
+from hdcfl_ray.config.schema import ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel
-from hdcfl_ray.runtime.client_context import ClientContext
+from hdcfl_ray.runtime.client_context import HostClientContext
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.simulation import prepare_run
 from tests.conftest import tiny_scenario
@@ -102,12 +103,12 @@ def bn_model() -> SplitModel:
     return SplitModel(encoder=encoder, head=head)
 
 
-def bn_context(batch_size: int = 8) -> ClientContext:
+def bn_context(batch_size: int = 8) -> HostClientContext:
     model = bn_model()
     generator = torch.Generator().manual_seed(5)
     inputs = torch.randn(40, 1, 6, 6, generator=generator)
     labels = torch.randint(0, 3, (40,), generator=generator)
-    return ClientContext(
+    return HostClientContext(
         client_id=0,
         round_index=2,
         seed=11,
@@ -122,7 +123,7 @@ def bn_context(batch_size: int = 8) -> ClientContext:
     )
 
 
-def global_and_local(ctx: ClientContext) -> tuple[ModelParams, ModelParams]:
+def global_and_local(ctx: HostClientContext) -> tuple[ModelParams, ModelParams]:
     """A global model with non-trivial BatchNorm statistics and a local model off it everywhere."""
     global_ = ctx.snapshot()
     rng = np.random.default_rng(1)
@@ -185,7 +186,7 @@ def test_ala_changes_only_the_top_tensors_and_keeps_batchnorm_statistics(layers)
     assert [w.shape for w in outcome.weights] == [slot.shape for slot in top_slots(model_slots(ctx), layers)]
 
 
-def _buffer_mask(ctx: ClientContext) -> np.ndarray:
+def _buffer_mask(ctx: HostClientContext) -> np.ndarray:
     mask = np.zeros(ctx.encoder_index.total_size, dtype=bool)
     for entry in ctx.encoder_index.entries:
         if entry.name.endswith(("running_mean", "running_var")):

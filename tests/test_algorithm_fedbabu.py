@@ -11,7 +11,7 @@ import torch
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedbabu import FedBABU, finetune_optimizer
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.config.schema import FedBABUParams
+from hdcfl_ray.algorithms.fedbabu import FedBABUParams
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.simulation import prepare_run
 from tests.conftest import tiny_scenario

@@ -14,7 +14,7 @@ from torch import nn
 
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import EvalResult, ModelParams, Upload
+from hdcfl_ray.contract import EvalResult, ModelParams, Upload, RunInfo
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.algorithms.fedce import (
     FedCE,
@@ -27,9 +27,10 @@ from hdcfl_ray.algorithms.fedce import (
 )
 from hdcfl_ray.algorithms.local import LocalOnly
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.config.schema import FedCEParams, OptimizerConfig, ProtocolConfig
+from hdcfl_ray.algorithms.fedce import FedCEParams
+from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module
-from hdcfl_ray.runtime.client_context import ClientContext, stats_from_probabilities
+from hdcfl_ray.runtime.client_context import HostClientContext, stats_from_probabilities
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.local_training import client_generator
 from hdcfl_ray.runtime.simulation import prepare_run
@@ -188,9 +189,9 @@ class HookRun:
         self.state = self.algorithm.init_server(initial, independent, len(self.clients))
         self.client_states = [self.algorithm.init_client(k, initial) for k in range(len(self.clients))]
 
-    def context(self, client_id: int, round_index: int) -> ClientContext:
+    def context(self, client_id: int, round_index: int) -> HostClientContext:
         train, test = self.clients[client_id]
-        return ClientContext(
+        return HostClientContext(
             client_id, round_index, self.seed, self.model, *self.indexes, self.protocol,
             client_generator(self.seed, client_id, round_index),
             lambda: (train.inputs, train.labels), lambda: (test.inputs, test.labels),
@@ -234,7 +235,7 @@ def one_thread() -> Iterator[None]:
 
 
 def fedce(**params: Any) -> FedCE:
-    return FedCE(FedCEParams(**params), scenario=None)  # type: ignore[arg-type]  # the scenario is not read
+    return FedCE(FedCEParams(**params), RunInfo(seed=0, rounds=1))
 
 
 def headline_accuracy(results: list[EvalResult]) -> np.ndarray:

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.fedsoft import FedSoft, parameter_columns, proximal_anchor, proximal_regulariser
-from hdcfl_ray.algorithms.importance import importance_weights, select_per_centre, server_weights
+from hdcfl_ray.algorithms.fedsoft import FedSoft
+from hdcfl_ray.algorithms.proximal import parameter_columns, proximal_anchor, proximal_regulariser
+from hdcfl_ray.algorithms.fedsoft_importance import importance_weights, select_per_centre, server_weights
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.simulation import prepare_run

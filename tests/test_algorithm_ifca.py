@@ -6,11 +6,11 @@ import numpy as np
 import torch
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ModelParams, Upload
+from hdcfl_ray.contract import ModelParams, Upload
 from hdcfl_ray.algorithms.cluster_models import UPLOADED_MODEL
 from hdcfl_ray.algorithms.ifca import IFCA, assignment_subset, choose_cluster
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.config.schema import IFCAParams
+from hdcfl_ray.algorithms.ifca import IFCAParams
 from hdcfl_ray.models import build_split_model, load_flat_into
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.simulation import prepare_run

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.algorithms.pacfl import PACFL
-from hdcfl_ray.algorithms.subspaces import (
+from hdcfl_ray.algorithms.pacfl_subspaces import (
     agglomerative_clusters,
     client_basis,
     data_matrix,
@@ -17,7 +17,7 @@ from hdcfl_ray.algorithms.subspaces import (
     threshold_in_radians,
 )
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.config.schema import PACFLParams
+from hdcfl_ray.algorithms.pacfl import PACFLParams
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.simulation import prepare_run
 from tests.conftest import tiny_scenario

@@ -26,7 +26,7 @@ def test_fedavg_averages_encoder_and_head_and_scores_everyone_with_one_model():
 
 
 def test_fedavg_global_model_is_the_weighted_average_of_uploaded_models():
-    from hdcfl_ray.algorithms.base import ModelParams, Upload
+    from hdcfl_ray.contract import ModelParams, Upload
     from hdcfl_ray.algorithms.fedavg import FedAvg
 
     algorithm = FedAvg()

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.checkpoint.codec import CheckpointFormatError, Decoder, Encoder
 from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
 from hdcfl_ray.config.loading import build_scenario

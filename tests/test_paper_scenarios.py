@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 import torch
 
+from hdcfl_ray.algorithms.registry import method_names
 from hdcfl_ray.config.loading import load_scenario
-from hdcfl_ray.config.schema import ALGORITHM_NAMES, Scenario
+from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
 from hdcfl_ray.models.pretrained import load_pretrained_encoder
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.runtime.inprocess import in_process_run
 from hdcfl_ray.runtime.simulation import prepare_run
-from hdcfl_ray.sweep.grid import expand, read_sweep_file
+from hdcfl_ray.sweep.grid import expand, read_sweep_file, resolve_algorithms
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "scenarios" / "paper"
@@ -277,9 +278,9 @@ def test_paper_sweep_runs_every_setting_method_and_seed(data_variables: dict[str
     plan = read_sweep_file(PAPER / "sweep-all.yaml", None)
     assert plan.out == REPO / "runs" / "paper"
     assert {path.stem for path in plan.scenario_files} == set(PAPER_SETTINGS)
-    assert plan.algorithms == ALGORITHM_NAMES and plan.seeds == PAPER_SEEDS
+    assert resolve_algorithms(plan.algorithms) == method_names() and plan.seeds == PAPER_SEEDS
     runs = expand(plan)
-    assert len(runs) == 11 * 10 * 3 and len({run.key for run in runs}) == len(runs)
+    assert len(runs) == 11 * len(method_names()) * 3 and len({run.key for run in runs}) == len(runs)
     pacfl = next(run.scenario.algorithm.pacfl for run in runs if run.algorithm == "pacfl")
     assert (pacfl.basis, pacfl.threshold, pacfl.threshold_unit) == ("per_class", 1.5, "radians")  # table 5
 
@@ -288,13 +289,13 @@ def test_cpu_sweep_runs_rotation_and_ls3_with_a_calibrated_pacfl(data_variables:
     plan = read_sweep_file(CPU / "sweep-reproduction.yaml", None)
     assert plan.out == REPO / "runs" / "cpu-reproduction"
     assert [path.name for path in plan.scenario_files] == ["cpu-c10-rot.yaml", "cpu-c10-ls3.yaml"]
-    assert plan.algorithms == ALGORITHM_NAMES and plan.seeds == PAPER_SEEDS
+    assert resolve_algorithms(plan.algorithms) == method_names() and plan.seeds == PAPER_SEEDS
     runs = expand(plan)
-    assert len(runs) == 2 * 10 * 3
+    assert len(runs) == 2 * len(method_names()) * 3
     assert {(run.setting, run.algorithm, run.seed) for run in runs} == {
         (setting, algorithm, seed)
         for setting in ("cpu-c10-rot", "cpu-c10-ls3")
-        for algorithm in ALGORITHM_NAMES
+        for algorithm in method_names()
         for seed in PAPER_SEEDS
     }
     for run in runs:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.base import ModelParams
-from hdcfl_ray.algorithms.registry import build_algorithm
 from hdcfl_ray.config.loading import load_scenario, parse_override, scenario_to_yaml
+from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import EvalStats, ModelParams
 from hdcfl_ray.diagnostics.clustering import adjusted_rand, ari_between_refreshes, membership_entropy, personalisation_gain
 from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
 from hdcfl_ray.errors import ScenarioError
@@ -34,7 +34,6 @@ from hdcfl_ray.logs.table_writer import TableWriter
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import initial_parameters
 from hdcfl_ray.runtime.inprocess import local_host
-from hdcfl_ray.runtime.messages import EvalStats
 from hdcfl_ray.runtime.simulation import PreparedRun, prepare_run
 
 # The refresh schedule decides at which rounds caches were saved; a replay can

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ModelParams, Upload
+from hdcfl_ray.contract import ClientContext, ModelParams, Upload
 
 # Key under which a clustered method's client uploads its trained full model.
 UPLOADED_MODEL = "model"
@@ -94,7 +94,7 @@ def empty_clusters(sizes: Sequence[int]) -> list[int]:
     return [cluster for cluster, size in enumerate(sizes) if size == 0]
 
 
-def train_cluster_model(ctx: Any, model: ModelParams, cluster: int) -> Upload:
+def train_cluster_model(ctx: ClientContext, model: ModelParams, cluster: int) -> Upload:
     """Client side of every full-model cluster method: train a copy of cluster model
     `cluster` on the local data and upload it with the cluster's index."""
     ctx.load(model)

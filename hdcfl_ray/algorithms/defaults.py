@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.base import ClientTask, ModelParams, RoundNotes
+from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, RoundNotes
 
 
 @dataclass
@@ -35,5 +35,5 @@ class AlgorithmDefaults:
         assert initial.head is not None
         return PrivateHead(head=np.array(initial.head, dtype=np.float32, copy=True))
 
-    def probe(self, ctx: Any, state: Any, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
+    def probe(self, ctx: ClientContext, state: Any, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
         return {}

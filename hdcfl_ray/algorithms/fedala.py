@@ -25,12 +25,23 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from pydantic import Field
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.ala import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.config.schema import FedALAParams, Scenario
+from hdcfl_ray.algorithms.fedala_weights import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+
+
+class FedALAParams(Section):
+    """Adaptive Local Aggregation (spec/baselines.md, FedALA)."""
+
+    layers: int = Field(2, ge=1, description="p: the top p parameter tensors are blended (tensors, not layers)")
+    data_fraction: float = Field(0.8, gt=0.0, le=1.0, description="s: share of local data the blend weights learn on")
+    eta: float = Field(1.0, gt=0.0, description="learning rate of the blend weights")
+    start_max_epochs: int = Field(50, ge=1, description="start phase: at most this many weight-learning epochs")
+    start_patience: int = Field(3, ge=1, description="start phase: epochs the loss must stay flat")
+    start_tolerance: float = Field(1.0e-4, ge=0.0, description="start phase: loss change counted as flat")
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,7 @@ class FedALAServerState:
 class FedALA(AlgorithmDefaults):
     name = "fedala"
 
-    def __init__(self, params: FedALAParams, scenario: Scenario) -> None:
+    def __init__(self, params: FedALAParams, run: RunInfo) -> None:
         self.params = params
 
     # ---- server ----
@@ -91,7 +102,7 @@ class FedALA(AlgorithmDefaults):
         return ALAClientState()
 
     def local_update(
-        self, ctx: Any, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any]
+        self, ctx: ClientContext, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any]
     ) -> tuple[Upload, ALAClientState]:
         outcome = adaptive_local_init(
             ctx, objects["global"], state.local, state.weights, state.start_phase, self.params, TRAINING_SUBSET_STREAM
@@ -112,7 +123,7 @@ class FedALA(AlgorithmDefaults):
         )
         return upload, ALAClientState(local=trained, weights=outcome.weights, start_phase=outcome.start_phase)
 
-    def evaluate(self, ctx: Any, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         global_model: ModelParams = objects["global"]
         references = {"global": ctx.score(global_model)}
         if state.local is not None:
@@ -122,3 +133,11 @@ class FedALA(AlgorithmDefaults):
         )
         references["personalized"] = ctx.score(outcome.initial)
         return EvalResult(references=references, headline="personalized")
+
+
+METHOD = MethodSpec(
+    name="fedala",
+    summary="FedALA: each client blends the global model into its local one with learned weights",
+    params=FedALAParams,
+    build=lambda params, run: FedALA(params, run),
+)

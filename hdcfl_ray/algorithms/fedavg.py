@@ -10,8 +10,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
 
 
 @dataclass
@@ -64,11 +64,19 @@ class FedAvg(AlgorithmDefaults):
     def evaluation_task(self, state: GlobalModelState, round_index: int, client_id: int, final: bool) -> ClientTask:
         return ClientTask(models=("global",))
 
-    def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
+    def local_update(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
         ctx.load(objects["global"])
         stats = ctx.train()
         upload = Upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, models={"model": ctx.snapshot()})
         return upload, None
 
-    def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references={"global": ctx.score(objects["global"])}, headline="global")
+
+
+METHOD = MethodSpec(
+    name="fedavg",
+    summary="FedAvg: one global model (encoder and head) for every client",
+    build=lambda _params, _run: FedAvg(),
+    asynchronous=True,
+)

@@ -14,8 +14,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
 from hdcfl_ray.hdcfl.encoder_store import CachePrecision, CacheStorage, DiskEncoderStore, resolve_storage
 
 
@@ -109,7 +109,7 @@ class FedAvgSE(AlgorithmDefaults):
         return ClientTask(models=("global",), payload={"own_upload": None if cached is None else cached.encoder_ref})
 
     # ---- client ----
-    def local_update(self, ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, PrivateHead]:
+    def local_update(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, PrivateHead]:
         ctx.load(ModelParams(objects["global"]), head=state.head)
         stats = ctx.train()
         trained = ctx.snapshot()
@@ -123,13 +123,21 @@ class FedAvgSE(AlgorithmDefaults):
         )
         return upload, PrivateHead(head=trained.head)
 
-    def evaluate(self, ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references=self.shared_encoder_references(ctx, state, task, objects), headline="global")
 
     @staticmethod
-    def shared_encoder_references(ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> dict[str, Any]:
+    def shared_encoder_references(ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> dict[str, Any]:
         references = {"global": ctx.score(ModelParams(objects["global"]), head=state.head)}
         own_upload = task.payload.get("own_upload")
         if own_upload is not None:
             references["local"] = ctx.score(ModelParams(own_upload["encoder"]), head=state.head)
         return references
+
+
+METHOD = MethodSpec(
+    name="fedavg_se",
+    summary="FedAvg-SE: a shared encoder is averaged, every client keeps a private head",
+    build=lambda _params, _run: FedAvgSE(),
+    asynchronous=True,
+)

@@ -23,11 +23,20 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
+from pydantic import Field
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.config.schema import FedBABUParams, OptimizerConfig, Scenario
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, OptimizerConfig, RoundNotes, RunInfo, Section, Upload
+
+
+class FedBABUParams(Section):
+    """Personalisation after the last round: full-model fine-tuning on local training data."""
+
+    finetune_epochs: int = Field(5, ge=0, description="fine-tuning epochs after the last round")
+    finetune_lr: float = Field(1.0e-2, gt=0.0, description="fine-tuning learning rate")
+    finetune_momentum: float = Field(0.0, ge=0.0, lt=1.0, description="fine-tuning SGD momentum")
+    finetune_weight_decay: float = Field(0.0, ge=0.0, description="fine-tuning weight decay")
 
 
 @dataclass
@@ -46,7 +55,7 @@ def finetune_optimizer(params: FedBABUParams) -> OptimizerConfig:
 class FedBABU(AlgorithmDefaults):
     name = "fedbabu"
 
-    def __init__(self, params: FedBABUParams, scenario: Scenario) -> None:
+    def __init__(self, params: FedBABUParams, run: RunInfo) -> None:
         self.params = params
         self.finetune_optimizer = finetune_optimizer(params)
 
@@ -82,7 +91,7 @@ class FedBABU(AlgorithmDefaults):
     def init_client(self, client_id: int, initial: ModelParams) -> None:
         return None  # h_0 arrives with every broadcast; nothing is private until the final fine-tuning
 
-    def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
+    def local_update(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
         shared: ModelParams = objects["global"]
         ctx.load(shared)
         stats = ctx.train(train_head=False)
@@ -95,7 +104,7 @@ class FedBABU(AlgorithmDefaults):
         )
         return upload, None
 
-    def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         shared: ModelParams = objects["global"]
         references = {"global": ctx.score(shared)}
         if not final:
@@ -104,3 +113,11 @@ class FedBABU(AlgorithmDefaults):
         ctx.train(epochs=self.params.finetune_epochs, data=ctx.train_data(), optimizer=self.finetune_optimizer)
         references["personalized"] = ctx.score()
         return EvalResult(references=references, headline="personalized")
+
+
+METHOD = MethodSpec(
+    name="fedbabu",
+    summary="FedBABU: the body is federated with a frozen random head, then fine-tuned per client",
+    params=FedBABUParams,
+    build=lambda params, run: FedBABU(params, run),
+)

@@ -56,15 +56,25 @@ included. Measurements and the designs this one replaced: docs/baselines.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
+from pydantic import Field
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.config.schema import FedCEParams, Scenario
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+
+
+class FedCEParams(Section):
+    """The soft EM mixture of S components per client (a reconstruction; docs/baselines.md)."""
+
+    clusters: int = Field(4, ge=1, description="S mixture components")
+    smoothing: float = Field(1.0e-4, ge=0.0, le=1.0, description="sigma: floor on each mixing weight pi_{k,s}")
+    min_share: float = Field(0.05, ge=0.0, le=1.0, description="a component explaining less than this share of a client's data is not trained by it")
+    temperature: float = Field(4.0, ge=1.0, description="T: the E-step uses p_s(y|x)^(1/T) (1 = plain EM)")
+    ensemble: Literal["output", "parameter"] = Field("output", description="test-time ensemble of the components' outputs | of their parameters")
 
 
 # ---- the mixture maths (numpy, no torch: tested without Ray) ----
@@ -173,7 +183,7 @@ class FedCEClient:
 class FedCE(AlgorithmDefaults):
     name = "fedce"
 
-    def __init__(self, params: FedCEParams, scenario: Scenario) -> None:
+    def __init__(self, params: FedCEParams, run: RunInfo) -> None:
         self.params = params
         self.count = params.clusters
         # component 0 is the shared initial model; the others need their own seeds
@@ -217,7 +227,7 @@ class FedCE(AlgorithmDefaults):
     def init_client(self, client_id: int, initial: ModelParams) -> FedCEClient:
         return FedCEClient()
 
-    def e_step(self, ctx: Any, state: FedCEClient, models: list[ModelParams]) -> tuple[np.ndarray, np.ndarray]:
+    def e_step(self, ctx: ClientContext, state: FedCEClient, models: list[ModelParams]) -> tuple[np.ndarray, np.ndarray]:
         """Responsibilities (S, N) of the client's training samples and the updated pi_k."""
         prior = state.mixing if state.mixing is not None else uniform_mixing(self.count)
         if self.count == 1:  # nothing to infer; skip the forward pass
@@ -227,7 +237,7 @@ class FedCE(AlgorithmDefaults):
             resp = responsibilities(-losses / self.params.temperature, prior)
         return resp, updated_mixing(resp, self.params.smoothing)
 
-    def local_update(self, ctx: Any, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedCEClient]:
+    def local_update(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedCEClient]:
         import torch  # client side only: the server never imports torch
 
         models = models_from_objects(objects, self.count)
@@ -253,7 +263,7 @@ class FedCE(AlgorithmDefaults):
         )
         return upload, FedCEClient(mixing=mixing)
 
-    def evaluate(self, ctx: Any, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         from hdcfl_ray.runtime.client_context import stats_from_probabilities  # imports torch: client side only
 
         models = models_from_objects(objects, self.count)
@@ -275,3 +285,11 @@ class FedCE(AlgorithmDefaults):
             group=int(np.argmax(mixing)),
             memberships=tuple(float(p) for p in mixing),
         )
+
+
+METHOD = MethodSpec(
+    name="fedce",
+    summary="FedCE: a soft EM mixture of S component models per client, ensembled at test time",
+    params=FedCEParams,
+    build=lambda params, run: FedCE(params, run),
+)

@@ -31,16 +31,36 @@ Choices made here, each documented where it acts:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping
 
 import numpy as np
+from pydantic import Field
 
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.algorithms.importance import argmin_counts, importance_weights, select_per_centre, server_weights
-from hdcfl_ray.config.schema import FedSoftParams, Scenario
+from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
+from hdcfl_ray.algorithms.proximal import proximal_regulariser
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+
+
+class FedSoftParams(Section):
+    """S soft cluster centres and a proximal pull of each personal model (spec/baselines.md, FedSoft)."""
+
+    centers: int = Field(3, ge=1, description="S cluster centres")
+    # re-derived for momentum SGD (docs/baselines.md, FedSoft): 0.1 from Adam at lr 1e-4
+    # ties every model to its randomly initialised centres under SGD at lr 0.05
+    proximal: float = Field(0.01, ge=0.0, description="lambda of the proximal pull towards the centres")
+    importance_every: int = Field(2, ge=1, description="tau: rounds between importance estimates")
+    smoothing: float = Field(1.0e-4, ge=0.0, description="sigma: floor on the importance counts")
+    selection: int = Field(20, ge=1, description="K_sel clients per centre (selection_mode: select)")
+    # "sampled": the runtime's per-round sample trains (every method's budget) and each centre is the
+    # importance-weighted average of those uploads; "select": each centre draws K_sel clients with
+    # probabilities v_s (the union trains); "all_clients": every online client trains every round
+    # (about 1/participation times the budget; reported as its own method, fedsoft-all)
+    selection_mode: Literal["sampled", "select", "all_clients"] = Field(
+        "sampled", description="who trains: sampled (the round's sample) | select (K_sel per centre) | all_clients"
+    )
 
 
 def centre_name(index: int) -> str:
@@ -65,35 +85,12 @@ class FedSoftClient:
     model: ModelParams
 
 
-def proximal_anchor(centres: np.ndarray, importance: np.ndarray) -> tuple[np.ndarray, float]:
-    """Rewrite sum_s u_s ||w - c_s||^2 as U ||w - anchor||^2 + spread.
-
-    With U = sum_s u_s, anchor = sum_s u_s c_s / U and spread = sum_s u_s ||c_s - anchor||^2
-    the two sides are equal for every w, so a training step needs one distance
-    instead of S. `centres` is (S, D); the anchor is float32, the spread float64."""
-    stacked = np.asarray(centres, dtype=np.float64)
-    weights = np.asarray(importance, dtype=np.float64)
-    anchor = (weights[:, None] * stacked).sum(axis=0) / weights.sum()
-    spread = float((weights * ((stacked - anchor) ** 2).sum(axis=1)).sum())
-    return anchor.astype(np.float32), spread
-
-
-def parameter_columns(entries: Sequence[Any], parameter_names: Sequence[str]) -> list[slice]:
-    """Where each named parameter sits in a flat vector described by FlatIndex
-    `entries`; buffers (BatchNorm statistics) are skipped because they are not named."""
-    by_name = {entry.name: entry for entry in entries}
-    missing = [name for name in parameter_names if name not in by_name]
-    if missing:
-        raise ValueError(f"parameters {missing} are not in the flat index")
-    return [slice(by_name[name].offset, by_name[name].offset + by_name[name].size) for name in parameter_names]
-
-
 class FedSoft(AlgorithmDefaults):
     name = "fedsoft"
 
-    def __init__(self, params: FedSoftParams, scenario: Scenario) -> None:
+    def __init__(self, params: FedSoftParams, run: RunInfo) -> None:
         self.params = params
-        self.seed = scenario.seed
+        self.seed = run.seed
         self.independent_inits = params.centers
 
     def is_importance_round(self, round_index: int) -> bool:
@@ -197,12 +194,12 @@ class FedSoft(AlgorithmDefaults):
         assert initial.head is not None
         return FedSoftClient(model=ModelParams(np.array(initial.encoder, dtype=np.float32), np.array(initial.head, dtype=np.float32)))
 
-    def probe(self, ctx: Any, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
+    def probe(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
         losses = np.stack([ctx.per_sample_losses(objects[name]) for name in task.models])
         counts = argmin_counts(losses)
         return {"importance": importance_weights(counts, self.params.smoothing), "counts": counts, "num_samples": int(counts.sum())}
 
-    def local_update(self, ctx: Any, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedSoftClient]:
+    def local_update(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedSoftClient]:
         centres = [objects[name] for name in task.models]
         regulariser = None
         if self.params.proximal > 0:
@@ -219,7 +216,7 @@ class FedSoft(AlgorithmDefaults):
         )
         return upload, FedSoftClient(model=trained)
 
-    def evaluate(self, ctx: Any, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         importance = np.asarray(task.payload["importance"], dtype=np.float64)
         return EvalResult(
             references={"personalized": ctx.score(state.model)},
@@ -229,32 +226,9 @@ class FedSoft(AlgorithmDefaults):
         )
 
 
-def proximal_regulariser(ctx: Any, centres: list[ModelParams], importance: np.ndarray, strength: float):
-    """(lambda/2) sum_s u_s ||w - c_s||^2 over the model's parameters, as a function
-    of the model for `ctx.train`. The centre side is reduced once per call to an
-    anchor and a constant (`proximal_anchor`), so each step costs one distance."""
-    import torch  # client side only: the server never imports torch
-
-    parts = ((ctx.model.encoder, ctx.encoder_index, "encoder"), (ctx.model.head, ctx.head_index, "head"))
-    targets: list[torch.Tensor] = []
-    spread = 0.0
-    for module, index, part in parts:
-        named = list(module.named_parameters())
-        columns = parameter_columns(index.entries, [name for name, _ in named])
-        vectors = np.stack([getattr(centre, part) for centre in centres])
-        anchor, part_spread = proximal_anchor(np.concatenate([vectors[:, c] for c in columns], axis=1), importance)
-        spread += part_spread
-        offset = 0
-        for (_, parameter), column in zip(named, columns):
-            size = column.stop - column.start
-            piece = torch.as_tensor(anchor[offset : offset + size], device=parameter.device).reshape(parameter.shape)
-            targets.append(piece)
-            offset += size
-    total_importance = float(np.sum(importance))
-
-    def regulariser(model: Any) -> torch.Tensor:
-        parameters = [*model.encoder.parameters(), *model.head.parameters()]
-        distance = torch.stack([(p - t).pow(2).sum() for p, t in zip(parameters, targets)]).sum()
-        return 0.5 * strength * (total_importance * distance + spread)
-
-    return regulariser
+METHOD = MethodSpec(
+    name="fedsoft",
+    summary="FedSoft: S soft cluster centres and a proximal pull of each personal model towards them",
+    params=FedSoftParams,
+    build=lambda params, run: FedSoft(params, run),
+)

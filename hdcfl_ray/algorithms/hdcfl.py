@@ -9,17 +9,36 @@ encoder."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
+from pydantic import Field
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RefreshSummary, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
-from hdcfl_ray.config.schema import HDCFLParams
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RefreshSummary, RoundNotes, Section, Upload
 from hdcfl_ray.hdcfl.prototypes import personalised_encoder
 from hdcfl_ray.hdcfl.refresh import refresh_groups
+
+
+class HDCFLParams(Section):
+    """HDC-FL's server-side settings (spec/hdcfl.md)."""
+
+    descriptor: Literal["lowrank", "raw"] = Field("lowrank", description="head descriptor: lowrank (normalised rank-r) | raw (flattened heads)")
+    rank: int = Field(8, ge=1, description="r; effective rank = min(r, K-1, rank of the heads)")
+    groups: int = Field(4, ge=1, description="G, the k-means groups")
+    membership: Literal["soft", "hard"] = Field("soft", description="soft (softmax over distances) | hard (own group only)")
+    temperature: float = Field(1.0, gt=0.0, description="tau of the soft memberships")
+    mix: float = Field(1.0, ge=0.0, le=1.0, description="lambda: 0 = global encoder, 1 = prototype mixture")
+    prototypes: Literal["hard", "soft"] = Field("hard", description="hard (members' sample-weighted mean) | soft (weights pi * n)")
+    activation_round: int | None = Field(None, ge=1, description="first refresh round; null = 20% of the rounds (at least round 1)")
+    refresh_every: int = Field(10, ge=1, description="R, rounds between refreshes (the last round always refreshes)")
+    kmeans_init: int = Field(10, ge=1, description="k-means restarts")
+    # hdcfl/encoder_store.py: memory, or a memory-mapped file for large K x encoder size
+    cache: Literal["auto", "memory", "disk"] = Field("auto", description="where the server keeps the K cached encoders; auto = disk above 4 GiB")
+    cache_precision: Literal["float32", "float16"] = Field("float16", description="disk cache only: storage precision")
+    cache_dir: str | None = Field(None, description="disk cache only: folder for the (unlinked) file; null = system temp")
 
 
 def default_activation_round(rounds: int) -> int:
@@ -120,7 +139,7 @@ class HDCFL(FedAvgSE):
         return ClientTask(models=("global", "prototypes"), payload=payload)
 
     # ---- client ----
-    def evaluate(self, ctx: Any, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         references = self.shared_encoder_references(ctx, state, task, objects)
         membership = task.payload.get("membership")
         if membership is None:
@@ -133,3 +152,12 @@ class HDCFL(FedAvgSE):
             group=int(task.payload["group"]),
             memberships=tuple(float(v) for v in membership),
         )
+
+
+METHOD = MethodSpec(
+    name="hdcfl",
+    summary="HDC-FL: groups read off the private heads, each client scored with a soft mixture of encoder prototypes",
+    params=HDCFLParams,
+    build=lambda params, run: HDCFL(params, rounds=run.rounds, seed=run.seed),
+    asynchronous=True,
+)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from pydantic import Field
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.cluster_models import (
     average_within_clusters,
     cluster_object_names,
@@ -35,9 +35,14 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.config.schema import IFCAParams, Scenario
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
-# Seed-sequence tag of the assignment subset (kept apart from every other stream).
+
+class IFCAParams(Section):
+    """S cluster models; each client trains the one with the lowest loss (spec/baselines.md, IFCA)."""
+
+    clusters: int = Field(4, ge=1, description="S cluster models")
+    assignment_samples: int = Field(512, ge=1, description="at most this many local training samples score the cluster models")
 
 
 def assignment_subset(num_samples: int, limit: int, seed: int, client_id: int) -> np.ndarray:
@@ -57,7 +62,7 @@ def choose_cluster(losses: Sequence[float]) -> int:
     return int(np.argmin(np.where(np.isnan(values), np.inf, values)))
 
 
-def cluster_losses(ctx: Any, models: Sequence[ModelParams], subset: np.ndarray) -> np.ndarray:
+def cluster_losses(ctx: ClientContext, models: Sequence[ModelParams], subset: np.ndarray) -> np.ndarray:
     """Mean cross-entropy of every cluster model on the client's assignment subset."""
     inputs, labels = ctx.train_data()
     data = (inputs[subset], labels[subset])
@@ -80,9 +85,9 @@ class IFCAClient:
 class IFCA(AlgorithmDefaults):
     name = "ifca"
 
-    def __init__(self, params: IFCAParams, scenario: Scenario) -> None:
+    def __init__(self, params: IFCAParams, run: RunInfo) -> None:
         self.params = params
-        self.seed = scenario.seed
+        self.seed = run.seed
         self.clusters = params.clusters
         self.independent_inits = params.clusters
         self.names = cluster_object_names(params.clusters)
@@ -131,16 +136,24 @@ class IFCA(AlgorithmDefaults):
     def init_client(self, client_id: int, initial: ModelParams) -> IFCAClient:
         return IFCAClient()
 
-    def _assign(self, ctx: Any, models: list[ModelParams]) -> int:
+    def _assign(self, ctx: ClientContext, models: list[ModelParams]) -> int:
         subset = assignment_subset(ctx.num_train, self.params.assignment_samples, ctx.seed, ctx.client_id)
         return choose_cluster(cluster_losses(ctx, models, subset))
 
-    def local_update(self, ctx: Any, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, IFCAClient]:
+    def local_update(self, ctx: ClientContext, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, IFCAClient]:
         models = models_from_objects(objects, self.clusters)
         chosen = self._assign(ctx, models)
         return train_cluster_model(ctx, models[chosen], chosen), IFCAClient(cluster=chosen)
 
-    def evaluate(self, ctx: Any, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         models = models_from_objects(objects, self.clusters)
         chosen = self._assign(ctx, models)
         return EvalResult(references={"personalized": ctx.score(models[chosen])}, headline="personalized", group=chosen)
+
+
+METHOD = MethodSpec(
+    name="ifca",
+    summary="IFCA: S cluster models, each client trains the one with the lowest loss",
+    params=IFCAParams,
+    build=lambda params, run: IFCA(params, run),
+)

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
 
 
 @dataclass
@@ -40,7 +40,7 @@ class LocalOnly(AlgorithmDefaults):
     def evaluation_task(self, state: None, round_index: int, client_id: int, final: bool) -> ClientTask:
         return ClientTask()
 
-    def local_update(self, ctx: Any, state: OwnModel, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, OwnModel]:
+    def local_update(self, ctx: ClientContext, state: OwnModel, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, OwnModel]:
         ctx.load(state.model)
         stats = ctx.train()
         trained = ctx.snapshot()
@@ -48,5 +48,12 @@ class LocalOnly(AlgorithmDefaults):
         upload = Upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, models={})
         return upload, OwnModel(model=trained)
 
-    def evaluate(self, ctx: Any, state: OwnModel, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: OwnModel, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references={"local": ctx.score(state.model)}, headline="local")
+
+
+METHOD = MethodSpec(
+    name="local",
+    summary="Local: every client trains alone; nothing is shared",
+    build=lambda _params, _run: LocalOnly(),
+)

@@ -20,11 +20,11 @@ subspaces, then FedAvg inside each cluster (spec/baselines.md, section 7).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
+from pydantic import Field
 
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.cluster_models import (
     average_within_clusters,
     cluster_object_name,
@@ -35,7 +35,7 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.algorithms.subspaces import (
+from hdcfl_ray.algorithms.pacfl_subspaces import (
     SCIPY_LINKAGE,
     agglomerative_clusters,
     client_basis,
@@ -44,7 +44,21 @@ from hdcfl_ray.algorithms.subspaces import (
     proximity_matrix,
     threshold_in_radians,
 )
-from hdcfl_ray.config.schema import PACFLParams, Scenario
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+
+
+class PACFLParams(Section):
+    """One-shot clustering on the angles between clients' data subspaces (spec/baselines.md, PACFL)."""
+
+    basis_dim: int = Field(3, ge=1, description="p singular vectors per class (or for the whole data)")
+    basis: Literal["per_class", "whole"] = Field("per_class", description="a basis per class | one for the whole local data")
+    threshold: float = Field(1.5, gt=0.0, description="clusters merge below this angle")
+    threshold_unit: Literal["radians", "degrees"] = Field("radians", description="unit of threshold")
+    proximity: Literal["principal", "elementwise"] = Field(
+        "principal", description="principal angles (arccos of singular values of U_i^T U_j) | the reference's element-wise min arccos"
+    )
+    linkage: Literal["average", "weighted", "complete", "single"] = Field("average", description="agglomerative linkage")
+
 
 # Below this median angle the clients' subspaces are indistinguishable in practice
 # (e.g. p * classes basis vectors in a space of few pixels); the merge event says so.
@@ -62,7 +76,7 @@ class PACFLState:
 class PACFL(AlgorithmDefaults):
     name = "pacfl"
 
-    def __init__(self, params: PACFLParams, scenario: Scenario) -> None:
+    def __init__(self, params: PACFLParams, run: RunInfo) -> None:
         self.params = params
         self.threshold_radians = threshold_in_radians(params.threshold, params.threshold_unit)
         if params.linkage not in SCIPY_LINKAGE:
@@ -143,15 +157,23 @@ class PACFL(AlgorithmDefaults):
     def init_client(self, client_id: int, initial: ModelParams) -> None:
         return None  # nothing private: the basis is sent once, the model is the cluster's
 
-    def probe(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
+    def probe(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]:
         images, labels = ctx.raw_train()
         return {"basis": client_basis(data_matrix(images), labels, self.params.basis_dim, self.params.basis)}
 
-    def local_update(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
+    def local_update(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
         cluster = int(task.payload["cluster"])
         return train_cluster_model(ctx, objects[cluster_object_name(cluster)], cluster), None
 
-    def evaluate(self, ctx: Any, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
+    def evaluate(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         cluster = int(task.payload["cluster"])
         stats = ctx.score(objects[cluster_object_name(cluster)])
         return EvalResult(references={"personalized": stats}, headline="personalized", group=cluster)
+
+
+METHOD = MethodSpec(
+    name="pacfl",
+    summary="PACFL: one-shot clustering on the angles between the clients' data subspaces",
+    params=PACFLParams,
+    build=lambda params, run: PACFL(params, run),
+)

@@ -1,53 +1,62 @@
-"""Scenario `algorithm.name` -> algorithm object. Each method's parameters come
-from its own section, `algorithm.<name>`."""
+"""The methods there are: every module in this package that declares
+`METHOD = MethodSpec(...)`, found by name. The scenario schema's `algorithm`
+section, the names error messages offer and the asynchronous check are all
+built from these declarations, so a new method is its module and its test."""
 
 from __future__ import annotations
 
-from hdcfl_ray.algorithms.base import Algorithm
-from hdcfl_ray.config.schema import Scenario
+import importlib
+import pkgutil
+from functools import cache
+
+from hdcfl_ray.contract import ASYNC_HOOKS, Method, MethodSpec, RunInfo, Section
 
 
-def build_algorithm(scenario: Scenario) -> Algorithm:
-    config = scenario.algorithm
-    name = config.name
-    if name == "fedavg_se":
-        from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
+@cache
+def method_specs() -> dict[str, MethodSpec]:
+    """Every declared method by name, in name order."""
+    import hdcfl_ray.algorithms as package
 
-        return FedAvgSE()
-    if name == "hdcfl":
-        from hdcfl_ray.algorithms.hdcfl import HDCFL
+    specs: dict[str, MethodSpec] = {}
+    owners: dict[str, str] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
+        if info.name == "registry":
+            continue
+        module_name = f"{package.__name__}.{info.name}"
+        spec = getattr(importlib.import_module(module_name), "METHOD", None)
+        if spec is None:
+            continue  # a method's maths, not a method
+        if not isinstance(spec, MethodSpec):
+            raise TypeError(f"{module_name}.METHOD must be a MethodSpec, got {type(spec).__name__}")
+        if spec.name in specs:
+            raise ValueError(f"method name {spec.name!r} is declared by both {owners[spec.name]} and {module_name}")
+        specs[spec.name] = spec
+        owners[spec.name] = module_name
+    return dict(sorted(specs.items()))
 
-        return HDCFL(config.hdcfl, rounds=scenario.protocol.rounds, seed=scenario.seed)
-    if name == "fedavg":
-        from hdcfl_ray.algorithms.fedavg import FedAvg
 
-        return FedAvg()
-    if name == "local":
-        from hdcfl_ray.algorithms.local import LocalOnly
+def method_names() -> tuple[str, ...]:
+    return tuple(method_specs())
 
-        return LocalOnly()
-    if name == "fedbabu":
-        from hdcfl_ray.algorithms.fedbabu import FedBABU
 
-        return FedBABU(config.fedbabu, scenario)
-    if name == "fedala":
-        from hdcfl_ray.algorithms.fedala import FedALA
+def method_spec(name: str) -> MethodSpec:
+    specs = method_specs()
+    if name not in specs:
+        raise ValueError(f"algorithm.name: {name!r} is not a method; choose from {', '.join(specs)}")
+    return specs[name]
 
-        return FedALA(config.fedala, scenario)
-    if name == "fedce":
-        from hdcfl_ray.algorithms.fedce import FedCE
 
-        return FedCE(config.fedce, scenario)
-    if name == "fedsoft":
-        from hdcfl_ray.algorithms.fedsoft import FedSoft
+def supports_async(name: str) -> bool:
+    """Whether the method declares that it runs in `protocol.mode: async`."""
+    return method_spec(name).asynchronous
 
-        return FedSoft(config.fedsoft, scenario)
-    if name == "ifca":
-        from hdcfl_ray.algorithms.ifca import IFCA
 
-        return IFCA(config.ifca, scenario)
-    if name == "pacfl":
-        from hdcfl_ray.algorithms.pacfl import PACFL
-
-        return PACFL(config.pacfl, scenario)
-    raise ValueError(f"algorithm.name: {name!r} has no implementation")
+def build_method(name: str, params: Section | None, run: RunInfo) -> Method:
+    """The method `name` built from its parameters (its `algorithm.<name>` section)."""
+    spec = method_spec(name)
+    method = spec.build(params if params is not None else spec.params(), run)
+    if spec.asynchronous:
+        missing = [hook for hook in ASYNC_HOOKS if not callable(getattr(method, hook, None))]
+        if missing:
+            raise TypeError(f"method {name!r} declares asynchronous=True but lacks {', '.join(missing)}")
+    return method

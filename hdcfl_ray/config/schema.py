@@ -7,17 +7,14 @@ in `hdcfl_ray.data.partitions.checks`; this module checks what a file alone can.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
+
+from hdcfl_ray.algorithms.registry import method_specs
+from hdcfl_ray.contract import NoParams, OptimizerConfig, Section
 
 DATASET_NAMES = ("digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic")
-
-
-class Section(BaseModel):
-    # NaN and infinity are refused in every float key: no setting means either, and
-    # keys without bounds (a distribution's mean) would otherwise take them
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DatasetConfig(Section):
@@ -79,106 +76,22 @@ class ModelConfig(Section):
     feature_dim: int = Field(128, ge=8)
 
 
-class HDCFLParams(Section):
-    descriptor: Literal["lowrank", "raw"] = "lowrank"
-    rank: int = Field(8, ge=1)
-    groups: int = Field(4, ge=1)
-    membership: Literal["soft", "hard"] = "soft"
-    temperature: float = Field(1.0, gt=0.0)
-    mix: float = Field(1.0, ge=0.0, le=1.0)
-    prototypes: Literal["hard", "soft"] = "hard"
-    # first refresh round; null = 20% of the rounds (at least round 1)
-    activation_round: int | None = Field(None, ge=1)
-    refresh_every: int = Field(10, ge=1)
-    kmeans_init: int = Field(10, ge=1)
-    # Where the server keeps the K cached encoders (hdcfl/encoder_store.py): memory, or a
-    # memory-mapped file (disk) for large K x encoder size; auto = disk above 4 GiB of cache.
-    cache: Literal["auto", "memory", "disk"] = "auto"
-    cache_precision: Literal["float32", "float16"] = "float16"  # disk storage only
-    cache_dir: str | None = None  # disk storage: folder for the (unlinked) file; null = system temp
+def _algorithm_config() -> type[Section]:
+    """`algorithm`: `name` picks the method; each method with settings has a section
+    of its own, `algorithm.<name>`, declared by the method's module, so one scenario
+    can carry every method's settings and `--set algorithm.name=...` switches
+    between them without a key becoming invalid."""
+    specs = method_specs()
+    names = tuple(specs)
+    fields: dict[str, Any] = {"name": (Literal[names], Field(description="the method: " + " | ".join(names)))}  # type: ignore[valid-type]
+    for name, spec in specs.items():
+        if spec.params is not NoParams:
+            fields[name] = (spec.params, Field(default_factory=spec.params, description=spec.summary))
+    return create_model("AlgorithmConfig", __base__=Section, __doc__=_algorithm_config.__doc__, __module__=__name__, **fields)
 
 
-class FedBABUParams(Section):
-    # personalisation after the last round: full-model fine-tuning on local training data
-    finetune_epochs: int = Field(5, ge=0)
-    finetune_lr: float = Field(1.0e-2, gt=0.0)
-    finetune_momentum: float = Field(0.0, ge=0.0, lt=1.0)
-    finetune_weight_decay: float = Field(0.0, ge=0.0)
-
-
-class FedALAParams(Section):
-    layers: int = Field(2, ge=1)  # p: the top p parameter tensors are blended (tensors, not layers)
-    data_fraction: float = Field(0.8, gt=0.0, le=1.0)  # s
-    eta: float = Field(1.0, gt=0.0)  # weight learning rate
-    start_max_epochs: int = Field(50, ge=1)
-    start_patience: int = Field(3, ge=1)
-    start_tolerance: float = Field(1.0e-4, ge=0.0)
-
-
-class FedCEParams(Section):
-    clusters: int = Field(4, ge=1)  # S mixture components
-    smoothing: float = Field(1.0e-4, ge=0.0, le=1.0)  # sigma: floor on each mixing weight pi_{k,s}
-    # a component explaining less than this share of a client's data is not trained by it
-    min_share: float = Field(0.05, ge=0.0, le=1.0)
-    # T: the E-step uses p_s(y|x)^(1/T) (1 = plain EM); tempers over-confident trained likelihoods
-    temperature: float = Field(4.0, ge=1.0)
-    ensemble: Literal["output", "parameter"] = "output"
-
-
-class FedSoftParams(Section):
-    centers: int = Field(3, ge=1)  # S
-    # lambda, re-derived for momentum SGD (docs/baselines.md, FedSoft): 0.1 from Adam at
-    # lr 1e-4 ties every model to its randomly initialised centres under SGD at lr 0.05
-    proximal: float = Field(0.01, ge=0.0)
-    importance_every: int = Field(2, ge=1)  # tau, in rounds
-    smoothing: float = Field(1.0e-4, ge=0.0)  # sigma
-    selection: int = Field(20, ge=1)  # K_sel clients per centre ("select" mode)
-    # "sampled": the runtime's per-round sample trains (the same budget as every other
-    # method) and each centre is the importance-weighted average of those uploads;
-    # "select": each centre draws K_sel clients with probabilities v_s (the union trains);
-    # "all_clients": every online client trains every round (about 1/participation times
-    # the budget; reported as its own method, fedsoft-all)
-    selection_mode: Literal["sampled", "select", "all_clients"] = "sampled"
-
-
-class IFCAParams(Section):
-    clusters: int = Field(4, ge=1)  # S cluster models
-    assignment_samples: int = Field(512, ge=1)  # at most this many local training samples for the loss
-
-
-class PACFLParams(Section):
-    basis_dim: int = Field(3, ge=1)  # p singular vectors per class (or for the whole data)
-    basis: Literal["per_class", "whole"] = "per_class"
-    threshold: float = Field(1.5, gt=0.0)
-    threshold_unit: Literal["radians", "degrees"] = "radians"
-    # principal angles (arccos of singular values of U_i^T U_j) or the reference's element-wise min arccos
-    proximity: Literal["principal", "elementwise"] = "principal"
-    linkage: Literal["average", "weighted", "complete", "single"] = "average"
-
-
-ALGORITHM_NAMES = ("fedavg_se", "hdcfl", "fedbabu", "fedala", "fedce", "fedsoft", "ifca", "pacfl", "fedavg", "local")
-
-
-class AlgorithmConfig(Section):
-    """`name` picks the method; each method's parameters live in a section of its
-    own, so one scenario can carry every method's settings and `--set
-    algorithm.name=...` switches between them without a key becoming invalid."""
-
-    name: Literal["fedavg_se", "hdcfl", "fedbabu", "fedala", "fedce", "fedsoft", "ifca", "pacfl", "fedavg", "local"]
-    hdcfl: HDCFLParams = HDCFLParams()
-    fedbabu: FedBABUParams = FedBABUParams()
-    fedala: FedALAParams = FedALAParams()
-    fedce: FedCEParams = FedCEParams()
-    fedsoft: FedSoftParams = FedSoftParams()
-    ifca: IFCAParams = IFCAParams()
-    pacfl: PACFLParams = PACFLParams()
-
-
-class OptimizerConfig(Section):
-    name: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(0.05, gt=0.0)
-    momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    weight_decay: float = Field(5.0e-4, ge=0.0)
+AlgorithmConfig = _algorithm_config()
+ALGORITHM_NAMES = tuple(method_specs())
 
 
 class Distribution(Section):

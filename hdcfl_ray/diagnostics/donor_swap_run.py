@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.diagnostics.donor_swap import DonorSwapSummary, analyse_run, beneficial, off_diagonal, summarise
 from hdcfl_ray.errors import ScenarioError

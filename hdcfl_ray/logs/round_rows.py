@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from hdcfl_ray.contract import EvalStats
 from hdcfl_ray.diagnostics.clustering import adjusted_rand, ari_between_refreshes, membership_entropy, personalisation_gain
 from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
-from hdcfl_ray.runtime.messages import EvalStats
 from hdcfl_ray.runtime.server import RoundReport
 
 # Absent values (a client that never trained, a first refresh with no previous one)

@@ -6,12 +6,12 @@ import uuid
 
 import ray
 
-from hdcfl_ray.algorithms.base import Algorithm, ModelParams
 from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import Method, ModelParams
+from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.host_spec import HostSpec
 from hdcfl_ray.runtime.messages import StoreRef
-from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
 
 ClientHostActor = ray.remote(ClientHost)
@@ -23,7 +23,7 @@ def start_hosts(
     prepared,  # PreparedRun; untyped here to avoid an import cycle
     client_hosts: dict[int, int],
     num_hosts: int,
-    algorithm: Algorithm,
+    algorithm: Method,
     initial: ModelParams,
 ) -> tuple[list, HostSpec]:
     scenario: Scenario = prepared.scenario
@@ -55,7 +55,7 @@ def wait_until_ready(hosts: list, server) -> None:
 
 def start_server(
     settings: ServerSettings,
-    algorithm: Algorithm,
+    algorithm: Method,
     hosts: list,
     client_hosts: dict[int, int],
     initial: ModelParams,

@@ -20,7 +20,7 @@ import numpy as np
 
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
-from hdcfl_ray.algorithms.base import RoundNotes, Upload
+from hdcfl_ray.contract import RoundNotes, Upload
 from hdcfl_ray.runtime.host_pool import TrainingHandle
 from hdcfl_ray.runtime.messages import UploadMeta
 from hdcfl_ray.runtime.sampling import available_clients

@@ -96,7 +96,7 @@ class RayBackend:
     def __init__(self, prepared: Any, session: Any) -> None:
         import ray
 
-        from hdcfl_ray.algorithms.registry import build_algorithm
+        from hdcfl_ray.config.methods import build_algorithm
         from hdcfl_ray.runtime.actors import start_hosts, start_server, wait_until_ready
         from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
         from hdcfl_ray.runtime.placement import assign_clients, count_hosts

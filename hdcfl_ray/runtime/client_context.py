@@ -1,6 +1,7 @@
-"""What a client hook sees inside a client host: the model skeleton, the client's
-data as tensors, the protocol settings and a generator fixed by (seed, client,
-round). Algorithms train and score through it and never touch Ray."""
+"""The client host's implementation of the contract's `ClientContext`: the model
+skeleton, the client's data as tensors, the protocol settings and a generator
+fixed by (seed, client, round). Methods train and score through it and never
+touch Ray."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import torch
 from torch import nn
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.base import ModelParams
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
+from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
-from hdcfl_ray.runtime.local_training import TrainStats, evaluate, restricted_predictions, train_locally
-from hdcfl_ray.runtime.messages import EvalStats, TrainingBudget
+from hdcfl_ray.runtime.local_training import evaluate, restricted_predictions, train_locally
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
 # extra loss term added to each batch's cross-entropy (e.g. a proximal pull)
@@ -24,7 +24,7 @@ Regulariser = Callable[[SplitModel], torch.Tensor]
 
 
 @dataclass
-class ClientContext:
+class HostClientContext:
     client_id: int
     round_index: int
     seed: int

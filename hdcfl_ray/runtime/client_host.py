@@ -3,7 +3,7 @@
 It holds each client's private state (its head and whatever else the algorithm
 keeps per client; persistent across rounds, never sent to another client), its
 data indices and its transform, and runs the algorithm's client hooks through a
-`ClientContext`. `ClientHostActor` (runtime/actors.py) is the Ray actor around it.
+`HostClientContext`. `ClientHostActor` (runtime/actors.py) is the Ray actor around it.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from typing import Any, Mapping
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
+from hdcfl_ray.contract import ClientTask, Method, ModelParams
 from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
 
 if TYPE_CHECKING:
@@ -26,7 +24,7 @@ if TYPE_CHECKING:
 
     from hdcfl_ray.data.partitions.client_data import ClientData
     from hdcfl_ray.models import SplitModel
-    from hdcfl_ray.runtime.client_context import ClientContext
+    from hdcfl_ray.runtime.client_context import HostClientContext
 
 # torch and everything built on it are imported inside the methods: Ray imports this
 # module in every process that holds a host's actor handle (the server actor too),
@@ -67,7 +65,7 @@ class ClientHost:
     def __init__(
         self,
         scenario: Scenario,
-        algorithm: Algorithm,
+        algorithm: Method,
         train_images: np.ndarray,
         train_labels: np.ndarray,
         test_images: np.ndarray,
@@ -154,13 +152,13 @@ class ClientHost:
 
         return self.tensors.get((client.client_id, split), build)
 
-    def context(self, client_id: int, round_index: int) -> ClientContext:
+    def context(self, client_id: int, round_index: int) -> HostClientContext:
         from hdcfl_ray.data.transforms import rotate_uint8
-        from hdcfl_ray.runtime.client_context import ClientContext
+        from hdcfl_ray.runtime.client_context import HostClientContext
         from hdcfl_ray.runtime.local_training import client_generator
 
         client = self.clients[client_id]
-        return ClientContext(
+        return HostClientContext(
             client_id=client_id,
             round_index=round_index,
             seed=self.scenario.seed,

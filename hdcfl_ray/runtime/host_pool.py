@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hdcfl_ray.algorithms.base import ClientTask
+from hdcfl_ray.contract import ClientTask
 from hdcfl_ray.runtime.messages import INITIAL_STATE, UploadMeta
 from hdcfl_ray.runtime.transport import Transport
 

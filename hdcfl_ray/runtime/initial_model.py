@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.base import ModelParams
+from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.models import build_split_model, flatten_module

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hdcfl_ray.algorithms.base import Algorithm, ModelParams
-from hdcfl_ray.algorithms.registry import build_algorithm
+from hdcfl_ray.config.methods import build_algorithm
+from hdcfl_ray.contract import Method, ModelParams
 from hdcfl_ray.runtime.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
@@ -19,7 +19,7 @@ from hdcfl_ray.runtime.transport import InProcessTransport
 class InProcessRun:
     server: FederatedServer
     host: ClientHost
-    algorithm: Algorithm
+    algorithm: Method
 
     def run_round(self, round_index: int) -> RoundReport:
         return self.server.run_round(round_index)
@@ -28,7 +28,7 @@ class InProcessRun:
         return [self.run_round(t) for t in range(1, self.server.rounds + 1)]
 
 
-def local_host(prepared, algorithm: Algorithm | None = None, initial: ModelParams | None = None) -> ClientHost:
+def local_host(prepared, algorithm: Method | None = None, initial: ModelParams | None = None) -> ClientHost:
     """One plain ClientHost owning every client of a `simulation.PreparedRun`."""
     scenario, dataset = prepared.scenario, prepared.dataset
     return ClientHost(
@@ -44,7 +44,7 @@ def local_host(prepared, algorithm: Algorithm | None = None, initial: ModelParam
     )
 
 
-def in_process_run(prepared, algorithm: Algorithm | None = None) -> InProcessRun:
+def in_process_run(prepared, algorithm: Method | None = None) -> InProcessRun:
     """`prepared` is a `simulation.PreparedRun`."""
     scenario = prepared.scenario
     dataset = prepared.dataset

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 
 from hdcfl_ray import seeding
-from hdcfl_ray.config.schema import OptimizerConfig
+from hdcfl_ray.contract import EvalStats, OptimizerConfig, TrainStats
 from hdcfl_ray.models import SplitModel
-from hdcfl_ray.runtime.messages import EvalStats
-
-
-@dataclass(frozen=True)
-class TrainStats:
-    mean_loss: float
-    num_samples: int
-    steps: int
-    nonfinite: bool  # a NaN/Inf loss was seen: the update must not be trusted
-    samples_processed: int = 0  # forward/backward passes over training samples (epochs x batches, as run)
 
 
 class MomentumSGD:

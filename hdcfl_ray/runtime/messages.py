@@ -1,31 +1,13 @@
-"""Values that travel between the server actor and client hosts (torch-free, so the
-server actor never imports torch)."""
+"""The runtime's own messages between the server actor and client hosts (torch-free,
+so the server actor never imports torch); the values a method sees are in
+hdcfl_ray.contract."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from hdcfl_ray.algorithms.base import ClientTask, EvalResult
-
-
-@dataclass(frozen=True)
-class EvalStats:
-    accuracy: float  # fraction in [0, 1]; NaN for an empty test set
-    loss: float
-    num_samples: int
-    # accuracy when the prediction may only be one of the client's own training classes
-    # (NaN where not computed): separates encoder quality from the label prior
-    accuracy_own_classes: float = float("nan")
-
-
-@dataclass(frozen=True)
-class TrainingBudget:
-    """Training work a client did inside one hook: samples through forward/backward
-    and optimiser steps, counted by the runtime whatever the method reports."""
-
-    samples: int = 0
-    steps: int = 0
+from hdcfl_ray.contract import ClientTask, EvalResult, TrainingBudget
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hdcfl_ray.algorithms.base import Algorithm, ClientTask, ModelParams, RoundNotes, Upload
 from hdcfl_ray.config.schema import ProtocolConfig
+from hdcfl_ray.contract import ClientTask, Method, ModelParams, RoundNotes, Upload
 from hdcfl_ray.runtime.host_pool import HostPool
 from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.sampling import available_clients, plan_round, select_clients, selection_size
@@ -77,7 +77,7 @@ class RoundReport:
 class FederatedServer:
     def __init__(
         self,
-        algorithm: Algorithm,
+        algorithm: Method,
         hosts: list,
         client_hosts: dict[int, int],
         initial: ModelParams,

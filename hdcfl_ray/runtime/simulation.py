@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
-from hdcfl_ray.algorithms.base import supports_async
-from hdcfl_ray.algorithms.registry import build_algorithm
+from hdcfl_ray.algorithms.registry import method_specs
+from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.dataset import ImageDataset
@@ -75,12 +75,13 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     )
     check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
     try:
-        algorithm = build_algorithm(scenario)
+        build_algorithm(scenario)  # a method may refuse its settings here (exit 2, before anything starts)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from exc
-    if scenario.protocol.mode == "async" and not supports_async(algorithm):
+    if scenario.protocol.mode == "async" and not method_specs()[scenario.algorithm.name].asynchronous:
+        capable = ", ".join(name for name, spec in method_specs().items() if spec.asynchronous)
         raise ScenarioError(
-            f"protocol.mode: 'async' works with fedavg_se, hdcfl and fedavg; {scenario.algorithm.name} runs "
+            f"protocol.mode: 'async' works with {capable}; {scenario.algorithm.name} runs "
             f"synchronous rounds only (set protocol.mode: sync)"
         )
     notices += check_trace(scenario.protocol.system, scenario.partition.num_clients)

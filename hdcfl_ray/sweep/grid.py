@@ -9,7 +9,8 @@ from typing import Any
 import yaml
 
 from hdcfl_ray.config.loading import apply_overrides, build_scenario, expand_env, read_scenario_file
-from hdcfl_ray.config.schema import ALGORITHM_NAMES, Scenario
+from hdcfl_ray.algorithms.registry import method_names
+from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -29,7 +30,7 @@ class SweepRun:
 @dataclass(frozen=True)
 class SweepPlan:
     scenario_files: tuple[Path, ...]
-    algorithms: tuple[str, ...] | None  # None: each scenario's own
+    algorithms: tuple[str, ...] | None  # None: each scenario's own; ("all",): every method
     seeds: tuple[int, ...] | None  # None: each scenario's own
     overrides: tuple[str, ...]
     out: Path
@@ -53,11 +54,31 @@ def read_sweep_file(path: Path, out: Path | None) -> SweepPlan:
         raise ScenarioError(f"{path}: no output folder: give --out SWEEP_DIR or `out:` in the file")
     return SweepPlan(
         scenario_files=tuple((path.parent / str(entry)).resolve() if not Path(str(entry)).is_absolute() else Path(str(entry)) for entry in scenarios),
-        algorithms=tuple(raw["algorithms"]) if raw.get("algorithms") else None,
+        algorithms=_algorithm_list(raw.get("algorithms"), path),
         seeds=tuple(int(seed) for seed in raw["seeds"]) if raw.get("seeds") else None,
         overrides=tuple(f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}" for key, value in overrides.items()),
         out=destination,
     )
+
+
+def _algorithm_list(value: Any, path: Path) -> tuple[str, ...] | None:
+    if not value:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ScenarioError(f"{path}: algorithms: give a list of method names, or all")
+    return tuple(value)
+
+
+def resolve_algorithms(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`all` stands for every method there is (so a sweep picks up methods added later)."""
+    known = method_names()
+    resolved = [name for entry in names for name in (known if entry == "all" else (entry,))]
+    unknown = [name for name in resolved if name not in known]
+    if unknown:
+        raise ScenarioError(f"--algorithms: {', '.join(unknown)} unknown; choose from {', '.join(known)}, or all")
+    return tuple(dict.fromkeys(resolved))
 
 
 def parse_list(text: str | None, option: str) -> tuple[str, ...] | None:
@@ -71,15 +92,12 @@ def parse_list(text: str | None, option: str) -> tuple[str, ...] | None:
 
 def expand(plan: SweepPlan) -> list[SweepRun]:
     """Every (scenario, algorithm, seed) as a validated scenario; errors name the run."""
-    if plan.algorithms is not None:
-        unknown = [name for name in plan.algorithms if name not in ALGORITHM_NAMES]
-        if unknown:
-            raise ScenarioError(f"--algorithms: {', '.join(unknown)} unknown; choose from {', '.join(ALGORITHM_NAMES)}")
+    chosen = resolve_algorithms(plan.algorithms) if plan.algorithms is not None else None
     runs: list[SweepRun] = []
     seen: set[str] = set()
     for path in plan.scenario_files:
         base = apply_overrides(read_scenario_file(path), list(plan.overrides))
-        algorithms = plan.algorithms or (str(base.get("algorithm", {}).get("name")),)
+        algorithms = chosen or (str(base.get("algorithm", {}).get("name")),)
         seeds = plan.seeds or (int(base.get("seed", 42)),)
         for algorithm in algorithms:
             for seed in seeds:

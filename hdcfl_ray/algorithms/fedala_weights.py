@@ -17,12 +17,23 @@ initialisation carries the global model's statistics (§0: they are averaged).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from hdcfl_ray.algorithms.base import ModelParams
-from hdcfl_ray.config.schema import FedALAParams
+from hdcfl_ray.contract import ClientContext, ModelParams
+
+
+class ALASettings(Protocol):
+    """The FedALA settings the blend reads (fedala.FedALAParams)."""
+
+    layers: int
+    data_fraction: float
+    eta: float
+    start_max_epochs: int
+    start_patience: int
+    start_tolerance: float
+
 
 # numpy_rng stream of the s-fraction subset; evaluation-time ALA draws from another
 # stream than training-time ALA of the same round.
@@ -134,7 +145,7 @@ def initial_weights(slots: Sequence[TensorSlot]) -> tuple[np.ndarray, ...]:
     return tuple(np.ones(slot.shape, dtype=np.float32) for slot in slots)
 
 
-def model_slots(ctx: Any) -> tuple[TensorSlot, ...]:
+def model_slots(ctx: ClientContext) -> tuple[TensorSlot, ...]:
     return parameter_slots(
         [name for name, _ in ctx.model.encoder.named_parameters()],
         [name for name, _ in ctx.model.head.named_parameters()],
@@ -144,12 +155,12 @@ def model_slots(ctx: Any) -> tuple[TensorSlot, ...]:
 
 
 def adaptive_local_init(
-    ctx: Any,
+    ctx: ClientContext,
     global_params: ModelParams,
     local_params: ModelParams | None,
     weights: tuple[np.ndarray, ...] | None,
     start_phase: bool,
-    params: FedALAParams,
+    params: ALASettings,
     subset_stream: int,
 ) -> ALAOutcome:
     """Steps 1-7 of spec §3 for one client. Reads and returns values only: the caller
@@ -174,13 +185,13 @@ def adaptive_local_init(
 
 
 def _learn_weights(
-    ctx: Any,
+    ctx: ClientContext,
     top: Sequence[TensorSlot],
     global_params: ModelParams,
     local_params: ModelParams,
     weights: tuple[np.ndarray, ...],
     start_phase: bool,
-    params: FedALAParams,
+    params: ALASettings,
     subset_stream: int,
 ) -> tuple[tuple[np.ndarray, ...], list[float]]:
     """Steps 3-6: gradient descent on W over a fresh random s-fraction of the training data."""

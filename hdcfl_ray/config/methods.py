@@ -1,0 +1,13 @@
+"""The method a scenario names, built from its own `algorithm.<name>` section."""
+
+from __future__ import annotations
+
+from hdcfl_ray.algorithms.registry import build_method
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import Method, RunInfo
+
+
+def build_algorithm(scenario: Scenario) -> Method:
+    name = scenario.algorithm.name
+    params = getattr(scenario.algorithm, name, None)
+    return build_method(name, params, RunInfo(seed=scenario.seed, rounds=scenario.protocol.rounds))

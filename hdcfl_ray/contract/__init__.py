@@ -1,0 +1,46 @@
+"""The method contract: everything a federated method sees and returns.
+
+Below the runtime (which implements it) and above the maths; it imports neither
+Ray nor torch. A method imports what it needs from here:
+
+    from hdcfl_ray.contract import ClientContext, ClientTask, MethodSpec, ModelParams, ...
+"""
+
+from hdcfl_ray.contract.context import ClientContext, ModelParts, TrainingSettings
+from hdcfl_ray.contract.method import ASYNC_HOOKS, AsyncHooks, Method, MethodSpec, NoParams, RunInfo
+from hdcfl_ray.contract.optimizer import OptimizerConfig
+from hdcfl_ray.contract.section import Section
+from hdcfl_ray.contract.values import (
+    ClientTask,
+    EvalResult,
+    EvalStats,
+    ModelParams,
+    RefreshSummary,
+    RoundNotes,
+    TrainingBudget,
+    TrainStats,
+    Upload,
+)
+
+__all__ = [
+    "ASYNC_HOOKS",
+    "AsyncHooks",
+    "ClientContext",
+    "ClientTask",
+    "EvalResult",
+    "EvalStats",
+    "Method",
+    "MethodSpec",
+    "ModelParams",
+    "ModelParts",
+    "NoParams",
+    "OptimizerConfig",
+    "RefreshSummary",
+    "RoundNotes",
+    "RunInfo",
+    "Section",
+    "TrainingBudget",
+    "TrainStats",
+    "TrainingSettings",
+    "Upload",
+]

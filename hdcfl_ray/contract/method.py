@@ -1,0 +1,115 @@
+"""The hooks a method implements and the declaration that makes it one.
+
+A method is one object with server hooks (numpy only, run in the server actor)
+and client hooks (torch, run in client host actors). The runtime owns all Ray
+plumbing and calls the hooks in this order each round:
+
+    server: select -> probe_task? -> broadcast -> training_task per client
+    client: probe (all clients with a probe task) ; local_update (selected)
+    server: absorb_probes ; aggregate (returns RoundNotes)
+    at evaluation rounds: evaluation_task per client -> client: evaluate
+
+Server state and per-client state are plain objects owned by the method; the
+runtime stores them and passes them back, never looks inside.
+
+A module under hdcfl_ray/algorithms/ becomes a method by declaring, at module
+level, `METHOD = MethodSpec(...)`: its name, its parameters (a Section whose
+fields carry descriptions; they become the scenario's `algorithm.<name>` keys),
+how to build it, and whether it runs in `protocol.mode: async`. Nothing else
+needs an edit (docs/adding-a-method.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Mapping, Protocol, TypeVar
+
+import numpy as np
+
+from hdcfl_ray.contract.context import ClientContext
+from hdcfl_ray.contract.section import Section
+from hdcfl_ray.contract.values import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
+
+
+class Method(Protocol):
+    name: str
+
+    # ---- server side (numpy only) ----
+    # independent seeded initialisations a method asks for (cluster models, FedSoft centres)
+    independent_inits: int
+
+    def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> Any: ...
+
+    # `sampled`: the runtime's seeded draw among `online` (the clients available this round)
+    def select(self, state: Any, round_index: int, sampled: list[int], online: list[int]) -> list[int]: ...
+
+    def probe_task(self, state: Any, round_index: int, client_id: int) -> ClientTask | None: ...
+
+    def absorb_probes(self, state: Any, round_index: int, results: Mapping[int, Mapping[str, Any]]) -> RoundNotes: ...
+
+    def broadcast(self, state: Any, round_index: int) -> dict[str, Any]: ...
+
+    def training_task(self, state: Any, round_index: int, client_id: int) -> ClientTask: ...
+
+    def aggregate(self, state: Any, round_index: int, uploads: list[Upload]) -> RoundNotes: ...
+
+    def evaluation_task(self, state: Any, round_index: int, client_id: int, final: bool) -> ClientTask: ...
+
+    # ---- client side (torch, inside a client host) ----
+    def init_client(self, client_id: int, initial: ModelParams) -> Any: ...
+
+    def probe(self, ctx: ClientContext, state: Any, task: ClientTask, objects: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+    def local_update(self, ctx: ClientContext, state: Any, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, Any]: ...
+
+    def evaluate(self, ctx: ClientContext, state: Any, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult: ...
+
+
+class AsyncHooks(Protocol):
+    """What a method declared `asynchronous=True` adds: the runtime mixes one update
+    (FedAsync) or a buffer of updates (FedBuff) into one shared vector."""
+
+    def async_shared(self, state: Any) -> np.ndarray: ...
+
+    def async_set_shared(self, state: Any, vector: np.ndarray) -> None: ...
+
+    def async_upload_vector(self, upload: Upload) -> np.ndarray: ...
+
+    def async_record(self, state: Any, version: int, upload: Upload) -> None: ...
+
+    def async_after_apply(self, state: Any, version: int) -> RoundNotes: ...
+
+
+ASYNC_HOOKS = ("async_shared", "async_set_shared", "async_upload_vector", "async_record", "async_after_apply")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a method may know about the run when it is built."""
+
+    seed: int
+    rounds: int
+
+
+class NoParams(Section):
+    """A method without settings of its own."""
+
+
+ParamsT = TypeVar("ParamsT", bound=Section)
+
+
+@dataclass(frozen=True)
+class MethodSpec(Generic[ParamsT]):
+    """A method's declaration (module level `METHOD = MethodSpec(...)`)."""
+
+    name: str  # the scenario's `algorithm.name`, and the name of its `algorithm.<name>` section
+    summary: str  # one line for listings and the generated scenario reference
+    build: Callable[[ParamsT, RunInfo], Method]
+    params: type[ParamsT] = NoParams  # type: ignore[assignment]
+    asynchronous: bool = False  # runs in protocol.mode: async (the method implements AsyncHooks)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":
+            raise ValueError(f"method name {self.name!r}: use lower-case letters, digits and _ (it is a YAML key)")
+        if not (isinstance(self.params, type) and issubclass(self.params, Section)):
+            raise TypeError(f"method {self.name!r}: params must be a Section subclass, got {self.params!r}")
