@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.diagnostics.clustering import adjusted_rand, membership_entropy
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.hdcfl.grouping import group_clients
 from hdcfl_ray.hdcfl.membership import hard_memberships, soft_memberships
 from hdcfl_ray.hdcfl.prototypes import group_prototypes, personalised_encoder
-from hdcfl_ray.hdcfl.refresh import refresh_groups
+from hdcfl_ray.hdcfl.refresh import refresh_groups, refresh_summary, run_refresh
 
 ENCODERS = np.array([[1.0, 2.0], [3.0, 6.0], [5.0, -1.0]], np.float32)
 COUNTS = np.array([10.0, 30.0, 60.0])
@@ -197,3 +198,28 @@ def test_refresh_rejects_an_unknown_setting_by_name() -> None:
     heads, _ = planted_heads()
     with pytest.raises(ValueError, match="hdcfl.descriptor: 'pca'"):
         refresh_groups(heads, heads, np.ones(20), hdcfl_params(descriptor="pca"), seed=0)
+
+
+def test_a_runs_refresh_seeds_kmeans_from_the_run_seed_and_the_refresh_index() -> None:
+    heads, _ = planted_heads(noise=0.8)
+    encoders = np.random.default_rng(10).normal(size=(20, 30)).astype(np.float32)
+    counts = np.arange(1, 21)  # integer counts, as a saved cache holds them
+    params = hdcfl_params(kmeans_init=1)
+    for seed, refresh_index in ((7, 0), (7, 3), (42, 3)):
+        kmeans_seed = seeding.int_seed(seed, "kmeans", refresh_index)
+        expected = refresh_groups(heads, encoders, counts.astype(np.float64), params, seed=kmeans_seed)
+        result = run_refresh(heads, encoders, counts, params, seed=seed, refresh_index=refresh_index)
+        for field in ("labels", "memberships", "prototypes", "centroids"):
+            assert np.array_equal(getattr(result, field), getattr(expected, field)), (seed, refresh_index, field)
+
+
+def test_refresh_summary_maps_each_row_back_to_its_client_id() -> None:
+    heads, _ = planted_heads()
+    encoders = np.random.default_rng(11).normal(size=(20, 30)).astype(np.float32)
+    result = run_refresh(heads, encoders, np.ones(20), hdcfl_params(), seed=7, refresh_index=0)
+    client_ids = np.arange(100, 120)
+    summary = refresh_summary(5, client_ids, result, "lowrank")
+    assert summary.group_labels == {100 + i: int(label) for i, label in enumerate(result.labels)}
+    assert all(np.array_equal(summary.memberships[100 + i], result.memberships[i]) for i in range(20))
+    assert (summary.round_index, summary.num_groups, summary.descriptor_kind) == (5, result.prototypes.shape[0], "lowrank")
+    assert summary.effective_rank == result.effective_rank and summary.silhouette == result.silhouette

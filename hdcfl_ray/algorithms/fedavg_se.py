@@ -16,6 +16,7 @@ import numpy as np
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
+from hdcfl_ray.algorithms.shared_encoder_scores import shared_encoder_scores
 from hdcfl_ray.hdcfl.encoder_store import CachePrecision, CacheStorage, DiskEncoderStore, resolve_storage
 
 
@@ -128,11 +129,8 @@ class FedAvgSE(AlgorithmDefaults):
 
     @staticmethod
     def shared_encoder_references(ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> dict[str, Any]:
-        references = {"global": ctx.score(ModelParams(objects["global"]), head=state.head)}
         own_upload = task.payload.get("own_upload")
-        if own_upload is not None:
-            references["local"] = ctx.score(ModelParams(own_upload["encoder"]), head=state.head)
-        return references
+        return shared_encoder_scores(ctx, state.head, objects["global"], None if own_upload is None else own_upload["encoder"])
 
 
 METHOD = MethodSpec(

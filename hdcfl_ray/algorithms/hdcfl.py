@@ -14,12 +14,11 @@ from typing import Any, Literal, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RefreshSummary, RoundNotes, Section, Upload
-from hdcfl_ray.hdcfl.prototypes import personalised_encoder
-from hdcfl_ray.hdcfl.refresh import refresh_groups
+from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Section, Upload
+from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 
 
 class HDCFLParams(Section):
@@ -102,21 +101,13 @@ class HDCFL(FedAvgSE):
         encoders = [state.cache[k].encoder for k in client_ids]
         counts = np.asarray([state.cache[k].num_samples for k in client_ids], dtype=np.float64)
         # k-means is seeded by the run seed and the refresh index, so a run is reproducible.
-        result = refresh_groups(heads, encoders, counts, self.params, seed=seeding.int_seed(self.seed, "kmeans", self.refresh_index(round_index)))
+        result = run_refresh(heads, encoders, counts, self.params, seed=self.seed, refresh_index=self.refresh_index(round_index))
+        summary = refresh_summary(round_index, client_ids, result, self.params.descriptor)
         state.personalisation = Personalisation(
             prototypes=result.prototypes,
-            memberships={k: result.memberships[i] for i, k in enumerate(client_ids)},
-            group_labels={k: int(result.labels[i]) for i, k in enumerate(client_ids)},
+            memberships=dict(summary.memberships),
+            group_labels=dict(summary.group_labels),
             refresh_round=round_index,
-        )
-        summary = RefreshSummary(
-            round_index=round_index,
-            group_labels=dict(state.personalisation.group_labels),
-            memberships=dict(state.personalisation.memberships),
-            silhouette=float(result.silhouette),
-            effective_rank=int(result.effective_rank),
-            num_groups=int(result.prototypes.shape[0]),
-            descriptor_kind=self.params.descriptor,
         )
         return RoundNotes(refresh=summary)
 
@@ -140,17 +131,16 @@ class HDCFL(FedAvgSE):
 
     # ---- client ----
     def evaluate(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
-        references = self.shared_encoder_references(ctx, state, task, objects)
-        membership = task.payload.get("membership")
-        if membership is None:
-            return EvalResult(references=references, headline="global")
-        mixture = personalised_encoder(objects["global"], objects["prototypes"], membership, self.params.mix)
-        references["personalized"] = ctx.score(ModelParams(mixture), head=state.head)
-        return EvalResult(
-            references=references,
-            headline="personalized",
-            group=int(task.payload["group"]),
-            memberships=tuple(float(v) for v in membership),
+        own_upload = task.payload.get("own_upload")
+        return hdcfl_evaluation(
+            ctx,
+            state.head,
+            objects["global"],
+            own_encoder=None if own_upload is None else own_upload["encoder"],
+            prototypes=objects.get("prototypes"),
+            membership=task.payload.get("membership"),
+            group=task.payload.get("group"),
+            mix=self.params.mix,
         )
 
 

@@ -2,7 +2,11 @@
 prototypes and the grouping's silhouette (spec/hdcfl.md, sections 1-4).
 
 The caller stacks the cache in a fixed client order (row k is the same client in
-every array) and maps the rows back to client ids.
+every array); `refresh_summary` maps the rows back to client ids. `run_refresh`
+is the refresh a run makes at a refresh round, seeded from the run seed and the
+refresh's index: the run (algorithms/hdcfl.py) and `ablate`'s replay
+(ablation/replay.py) both call it, so a replay with the run's settings is the
+run's refresh.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from hdcfl_ray import seeding
+from hdcfl_ray.contract import RefreshSummary
 from hdcfl_ray.diagnostics.clustering import silhouette
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.hdcfl.grouping import group_clients
@@ -20,7 +26,7 @@ from hdcfl_ray.hdcfl.prototypes import group_prototypes
 
 
 class RefreshParams(Protocol):
-    """The HDC-FL settings a refresh reads (the scenario's HDCFLParams fits)."""
+    """The HDC-FL settings a refresh reads (algorithms/hdcfl.py's HDCFLParams fits)."""
 
     descriptor: str  # "lowrank" | "raw"
     rank: int
@@ -84,6 +90,40 @@ def refresh_groups(
         prototypes=prototypes,
         effective_rank=descriptors.effective_rank,
         silhouette=silhouette(descriptors.vectors, grouping.labels),
+    )
+
+
+def kmeans_seed(run_seed: int, refresh_index: int) -> int:
+    """The k-means seed of a run's `refresh_index`-th refresh (0 for the first): its own
+    named stream, so a run is reproducible and no two refreshes or seeds share one."""
+    return seeding.int_seed(run_seed, "kmeans", refresh_index)
+
+
+def run_refresh(
+    heads: np.ndarray,
+    encoders: np.ndarray | Sequence[np.ndarray],
+    sample_counts: np.ndarray,
+    params: RefreshParams,
+    seed: int,
+    refresh_index: int,
+) -> RefreshResult:
+    """The refresh of run `seed` at its `refresh_index`-th refresh round, on the cache
+    stacked in client-id order (see `refresh_groups` for the arrays)."""
+    counts = np.asarray(sample_counts, dtype=np.float64)
+    return refresh_groups(heads, encoders, counts, params, seed=kmeans_seed(seed, refresh_index))
+
+
+def refresh_summary(round_index: int, client_ids: Sequence[int], result: RefreshResult, descriptor: str) -> RefreshSummary:
+    """What the refresh table logs of `result`, its rows mapped back to `client_ids`."""
+    ids = [int(k) for k in client_ids]
+    return RefreshSummary(
+        round_index=round_index,
+        group_labels={k: int(result.labels[i]) for i, k in enumerate(ids)},
+        memberships={k: result.memberships[i] for i, k in enumerate(ids)},
+        silhouette=float(result.silhouette),
+        effective_rank=int(result.effective_rank),
+        num_groups=int(result.prototypes.shape[0]),
+        descriptor_kind=descriptor,
     )
 
 
