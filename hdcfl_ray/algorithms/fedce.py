@@ -74,7 +74,7 @@ class FedCEParams(Section):
     smoothing: float = Field(1.0e-4, ge=0.0, le=1.0, description="sigma: floor on each mixing weight pi_{k,s}")
     min_share: float = Field(0.05, ge=0.0, le=1.0, description="a component explaining less than this share of a client's data is not trained by it")
     temperature: float = Field(4.0, ge=1.0, description="T: the E-step uses p_s(y|x)^(1/T) (1 = plain EM)")
-    ensemble: Literal["output", "parameter"] = Field("output", description="test-time ensemble of the components' outputs | of their parameters")
+    ensemble: Literal["output", "parameter"] = Field("output", description="the test-time ensemble averages the components' outputs or their parameters")
 
 
 # ---- the mixture maths (numpy, no torch: tested without Ray) ----

@@ -59,7 +59,7 @@ class FedSoftParams(Section):
     # probabilities v_s (the union trains); "all_clients": every online client trains every round
     # (about 1/participation times the budget; reported as its own method, fedsoft-all)
     selection_mode: Literal["sampled", "select", "all_clients"] = Field(
-        "sampled", description="who trains: sampled (the round's sample) | select (K_sel per centre) | all_clients"
+        "sampled", description="who trains: the round's sample, K_sel clients per centre, or every online client"
     )
 
 

@@ -24,13 +24,13 @@ from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 class HDCFLParams(Section):
     """HDC-FL's server-side settings (spec/hdcfl.md)."""
 
-    descriptor: Literal["lowrank", "raw"] = Field("lowrank", description="head descriptor: lowrank (normalised rank-r) | raw (flattened heads)")
+    descriptor: Literal["lowrank", "raw"] = Field("lowrank", description="head descriptor: normalised rank-r (lowrank) or the flattened heads (raw)")
     rank: int = Field(8, ge=1, description="r; effective rank = min(r, K-1, rank of the heads)")
     groups: int = Field(4, ge=1, description="G, the k-means groups")
-    membership: Literal["soft", "hard"] = Field("soft", description="soft (softmax over distances) | hard (own group only)")
+    membership: Literal["soft", "hard"] = Field("soft", description="softmax over distances to the group centres (soft) or the own group only (hard)")
     temperature: float = Field(1.0, gt=0.0, description="tau of the soft memberships")
     mix: float = Field(1.0, ge=0.0, le=1.0, description="lambda: 0 = global encoder, 1 = prototype mixture")
-    prototypes: Literal["hard", "soft"] = Field("hard", description="hard (members' sample-weighted mean) | soft (weights pi * n)")
+    prototypes: Literal["hard", "soft"] = Field("hard", description="a prototype is its members' sample-weighted mean (hard) or weighs every client by pi * n (soft)")
     activation_round: int | None = Field(None, ge=1, description="first refresh round; null = 20% of the rounds (at least round 1)")
     refresh_every: int = Field(10, ge=1, description="R, rounds between refreshes (the last round always refreshes)")
     kmeans_init: int = Field(10, ge=1, description="k-means restarts")

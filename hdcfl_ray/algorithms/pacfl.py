@@ -51,11 +51,11 @@ class PACFLParams(Section):
     """One-shot clustering on the angles between clients' data subspaces (spec/baselines.md, PACFL)."""
 
     basis_dim: int = Field(3, ge=1, description="p singular vectors per class (or for the whole data)")
-    basis: Literal["per_class", "whole"] = Field("per_class", description="a basis per class | one for the whole local data")
+    basis: Literal["per_class", "whole"] = Field("per_class", description="a basis per class, or one for the whole local data")
     threshold: float = Field(1.5, gt=0.0, description="clusters merge below this angle")
     threshold_unit: Literal["radians", "degrees"] = Field("radians", description="unit of threshold")
     proximity: Literal["principal", "elementwise"] = Field(
-        "principal", description="principal angles (arccos of singular values of U_i^T U_j) | the reference's element-wise min arccos"
+        "principal", description="principal angles (arccos of singular values of U_i^T U_j) or the reference's element-wise min arccos"
     )
     linkage: Literal["average", "weighted", "complete", "single"] = Field("average", description="agglomerative linkage")
 

@@ -14,46 +14,49 @@ from pydantic import Field, create_model, field_validator, model_validator
 from hdcfl_ray.algorithms.registry import method_specs
 from hdcfl_ray.contract import NoParams, OptimizerConfig, Section
 
-DATASET_NAMES = ("digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic")
-
 
 class DatasetConfig(Section):
-    name: Literal["digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic"] = "digits"
-    # Folder or file the data lives in; required for parquet_images and image_folder,
-    # optional for cifar10/cifar100 (defaults to ./data).
-    path: str | None = None
-    download: bool = False
-    # digits has no test split: this fraction of it is held out as the test split.
-    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
-    image_column: str = "image"
-    label_column: str = "label"
-    # Parquet tables: file names inside `path`, relative.
-    train_file: str = "train.parquet"
-    test_file: str = "test.parquet"
-    # Use only the first N training images (after a seeded shuffle); null = all.
-    max_train_samples: int | None = Field(None, ge=1)
-    max_test_samples: int | None = Field(None, ge=1)
-    # synthetic source
-    num_classes: int = Field(10, ge=2)
-    image_size: int = Field(16, ge=4)
-    channels: Literal[1, 3] = 3
-    train_samples: int = Field(2000, ge=10)
-    test_samples: int = Field(500, ge=10)
+    name: Literal["digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic"] = Field(
+        "digits", description="the image source"
+    )
+    path: str | None = Field(
+        None, description="folder (or file) of the data: required for parquet_images, image_folder; cifar* default ./data"
+    )
+    download: bool = Field(False, description="cifar10/cifar100 only: fetch torchvision's files when online")
+    test_fraction: float = Field(
+        0.2, gt=0.0, lt=1.0, description="digits / image folders without a test split: fraction held out as the test split"
+    )
+    image_column: str = Field("image", description="parquet_images: column of encoded bytes or {bytes, path} structs")
+    label_column: str = Field("label", description="parquet_images: column of integer labels")
+    train_file: str = Field("train.parquet", description="parquet_images: training table, a file name inside path")
+    test_file: str = Field("test.parquet", description="parquet_images: test table, a file name inside path")
+    max_train_samples: int | None = Field(
+        None, ge=1, description="keep only N training images, picked by a seeded shuffle; null = all"
+    )
+    max_test_samples: int | None = Field(
+        None, ge=1, description="keep only N test images, picked by a seeded shuffle; null = all"
+    )
+    num_classes: int = Field(10, ge=2, description="synthetic only: number of classes")
+    image_size: int = Field(16, ge=4, description="synthetic only: image side in pixels")
+    channels: Literal[1, 3] = Field(3, description="synthetic only: channels per image")
+    train_samples: int = Field(2000, ge=10, description="synthetic only: training images")
+    test_samples: int = Field(500, ge=10, description="synthetic only: test images")
 
 
 class PartitionConfig(Section):
-    kind: Literal["iid", "label_subset", "dirichlet", "rotation"] = "iid"
-    num_clients: int = Field(20, ge=1)
-    # label_subset: classes per client
-    k: int | None = Field(None, ge=1)
-    # dirichlet: concentration and minimum training samples per client
-    alpha: float | None = Field(None, gt=0.0)
-    min_samples: int = Field(10, ge=1)
-    # rotation: one angle per group, in degrees; clients are spread round-robin over groups
-    angles: tuple[float, ...] = (0.0, 90.0, 180.0, 270.0)
-    # per-client test set size drawn from the test split with the client's class
-    # proportions; null = the client's share of the test split (test size / K).
-    test_per_client: int | None = Field(None, ge=1)
+    kind: Literal["iid", "label_subset", "dirichlet", "rotation"] = Field(
+        "iid", description="how the training split is divided over the clients"
+    )
+    num_clients: int = Field(20, ge=1, description="clients in the federation")
+    k: int | None = Field(None, ge=1, description="label_subset (required there): exactly k classes per client")
+    alpha: float | None = Field(None, gt=0.0, description="dirichlet (required there): concentration, smaller = more skew")
+    min_samples: int = Field(10, ge=1, description="dirichlet: minimum training samples per client")
+    angles: tuple[float, ...] = Field(
+        (0.0, 90.0, 180.0, 270.0), description="rotation: one group per angle in degrees; client i is in group i mod G"
+    )
+    test_per_client: int | None = Field(
+        None, ge=1, description="test images per client, drawn with its class proportions; null = test size / clients"
+    )
 
     @model_validator(mode="after")
     def _kind_parameters(self) -> "PartitionConfig":
@@ -67,13 +70,12 @@ class PartitionConfig(Section):
 
 
 class ModelConfig(Section):
-    encoder: Literal["small_cnn", "resnet18_cifar", "mobilenet_v2"] = "small_cnn"
-    # Local file with encoder weights (a state dict saved by torch.save); loaded
-    # with weights_only=True. Nothing is fetched from a hub.
-    pretrained: str | None = None
-    # width multiplier of the small CNN (channels); feature dimension of its output
-    width: int = Field(32, ge=4)
-    feature_dim: int = Field(128, ge=8)
+    encoder: Literal["small_cnn", "resnet18_cifar", "mobilenet_v2"] = Field("small_cnn", description="encoder architecture")
+    pretrained: str | None = Field(
+        None, description="local encoder weights (torch.save(state_dict)), loaded with weights_only=True; never downloaded"
+    )
+    width: int = Field(32, ge=4, description="small_cnn: channel width")
+    feature_dim: int = Field(128, ge=8, description="small_cnn: size of the features the heads read")
 
 
 def _algorithm_config() -> type[Section]:
@@ -83,7 +85,8 @@ def _algorithm_config() -> type[Section]:
     between them without a key becoming invalid."""
     specs = method_specs()
     names = tuple(specs)
-    fields: dict[str, Any] = {"name": (Literal[names], Field(description="the method: " + " | ".join(names)))}  # type: ignore[valid-type]
+    name_field = Field(description="the method (each is a module under hdcfl_ray/algorithms/)", examples=["hdcfl"])
+    fields: dict[str, Any] = {"name": (Literal[names], name_field)}  # type: ignore[valid-type]
     for name, spec in specs.items():
         if spec.params is not NoParams:
             fields[name] = (spec.params, Field(default_factory=spec.params, description=spec.summary))
@@ -98,12 +101,14 @@ class Distribution(Section):
     """A per-client value drawn once per run (seeded): constant, uniform(low, high),
     or lognormal exp(N(mean, sigma))."""
 
-    kind: Literal["constant", "uniform", "lognormal"] = "constant"
-    value: float = Field(1.0, ge=0.0)
-    low: float = Field(0.5, ge=0.0)
-    high: float = Field(1.5, ge=0.0)
-    mean: float = 0.0
-    sigma: float = Field(0.5, ge=0.0)
+    kind: Literal["constant", "uniform", "lognormal"] = Field(
+        "constant", description="how each client's value is drawn (seeded, once per run)"
+    )
+    value: float = Field(1.0, ge=0.0, description="constant: the value")
+    low: float = Field(0.5, ge=0.0, description="uniform: lower bound")
+    high: float = Field(1.5, ge=0.0, description="uniform: upper bound")
+    mean: float = Field(0.0, description="lognormal: mean of the log")
+    sigma: float = Field(0.5, ge=0.0, description="lognormal: standard deviation of the log")
 
     @model_validator(mode="after")
     def _ordered_bounds(self) -> "Distribution":
@@ -118,11 +123,16 @@ class SystemConfig(Section):
     A local update that processes n samples (local epochs x training samples)
     lasts n / speed + delay virtual seconds."""
 
-    speed: Distribution = Distribution(kind="constant", value=100.0)  # samples per virtual second
-    delay: Distribution = Distribution(kind="constant", value=0.0)  # virtual seconds of network per update
-    # CSV or Parquet with columns client_id, speed, delay[, available_from, available_until]
-    # (virtual seconds); it overrides speed and delay for the clients it lists.
-    trace: str | None = None
+    speed: Distribution = Field(
+        Distribution(kind="constant", value=100.0), description="each client's samples per virtual second"
+    )
+    delay: Distribution = Field(
+        Distribution(kind="constant", value=0.0), description="each client's virtual seconds of network per update"
+    )
+    trace: str | None = Field(
+        None,
+        description="CSV/Parquet of client_id, speed, delay[, available_from, available_until]; overrides listed clients",
+    )
 
     @model_validator(mode="after")
     def _positive_speed(self) -> "SystemConfig":
@@ -134,49 +144,57 @@ class SystemConfig(Section):
 
 
 class AvailabilityConfig(Section):
-    # always: every client can be selected; bernoulli: each client is online with
-    # `probability` in each round, independently (seeded)
-    kind: Literal["always", "bernoulli"] = "always"
-    probability: float = Field(1.0, gt=0.0, le=1.0)
+    kind: Literal["always", "bernoulli"] = Field(
+        "always", description="bernoulli: each client is online with probability p per round, independently"
+    )
+    probability: float = Field(1.0, gt=0.0, le=1.0, description="bernoulli: chance a client is online in a round (seeded)")
 
 
 class StragglerConfig(Section):
-    # virtual seconds a synchronous round waits; null = no deadline
-    deadline: float | None = Field(None, gt=0.0)
-    # wait_all: the paper's protocol; drop: updates finishing after the deadline are
-    # dropped; over_select: select ceil(n * over_selection), keep the first n to finish
-    policy: Literal["wait_all", "drop", "over_select"] = "wait_all"
-    over_selection: float = Field(1.3, ge=1.0)
+    deadline: float | None = Field(None, gt=0.0, description="virtual seconds a synchronous round waits; null = no deadline")
+    policy: Literal["wait_all", "drop", "over_select"] = Field(
+        "wait_all", description="drop: late updates lost; over_select: select more, keep the first n"
+    )
+    over_selection: float = Field(1.3, ge=1.0, description="over_select: select ceil(n * over_selection) clients")
 
 
 class AsyncConfig(Section):
-    concurrency: int = Field(10, ge=1)  # clients in flight
-    aggregation: Literal["fedasync", "fedbuff"] = "fedasync"
-    mixing: float = Field(0.6, gt=0.0, le=1.0)  # FedAsync alpha
-    buffer_size: int = Field(5, ge=1)  # FedBuff: apply every B updates
-    server_lr: float = Field(1.0, gt=0.0)  # FedBuff: step on the averaged buffered delta
-    staleness_exponent: float = Field(0.5, ge=0.0)  # s(tau) = (1 + tau) ** -a
+    concurrency: int = Field(10, ge=1, description="clients in flight")
+    aggregation: Literal["fedasync", "fedbuff"] = Field(
+        "fedasync", description="fedasync: mix each update; fedbuff: apply every buffer_size updates"
+    )
+    mixing: float = Field(0.6, gt=0.0, le=1.0, description="FedAsync alpha")
+    buffer_size: int = Field(5, ge=1, description="FedBuff B: apply every B updates")
+    server_lr: float = Field(1.0, gt=0.0, description="FedBuff: server step on the averaged buffered delta")
+    staleness_exponent: float = Field(0.5, ge=0.0, description="a of the staleness weight (1 + tau) ** -a")
 
 
 class CheckpointConfig(Section):
-    every: int | None = Field(10, ge=1)  # rounds (server versions in async mode) between checkpoints; null = never
+    every: int | None = Field(
+        10, ge=1, description="rounds (server versions in async mode) between checkpoints; null = never"
+    )
 
 
 class ProtocolConfig(Section):
-    mode: Literal["sync", "async"] = "sync"
-    # sync: rounds; async: server versions (each applied update or buffer flush is one)
-    rounds: int = Field(20, ge=1)
-    # fraction of clients per round in (0, 1], or an integer count >= 1
-    participation: float | int = 1.0
-    local_epochs: int = Field(1, ge=1)
-    batch_size: int = Field(32, ge=1)
-    optimizer: OptimizerConfig = OptimizerConfig()
-    # evaluate every client every N rounds (and always at the last round)
-    eval_every: int = Field(1, ge=1)
-    availability: AvailabilityConfig = AvailabilityConfig()
-    system: SystemConfig = SystemConfig()
-    stragglers: StragglerConfig = StragglerConfig()
-    asynchronous: AsyncConfig = AsyncConfig()
+    mode: Literal["sync", "async"] = Field(
+        "sync", description="sync: rounds of selected clients; async: updates applied as they arrive"
+    )
+    rounds: int = Field(20, ge=1, description="sync: rounds; async: server versions (each applied update or buffer flush is one)")
+    participation: float | int = Field(
+        1.0, description="clients per round: a fraction in (0, 1] or an integer count of clients"
+    )
+    local_epochs: int = Field(1, ge=1, description="local epochs per client update")
+    batch_size: int = Field(32, ge=1, description="local training batch size")
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="the clients' local optimiser")
+    eval_every: int = Field(
+        1, ge=1, description="evaluate every client every N rounds (and at the last round and each refresh)"
+    )
+    availability: AvailabilityConfig = Field(AvailabilityConfig(), description="which clients are online in a round")
+    system: SystemConfig = Field(
+        SystemConfig(), description="virtual clock: an update lasts samples / speed + delay virtual seconds"
+    )
+    stragglers: StragglerConfig = Field(StragglerConfig(), description="what a synchronous round does with slow clients")
+    asynchronous: AsyncConfig = Field(AsyncConfig(), description="used when mode: async (fedavg_se, hdcfl, fedavg)")
 
     @field_validator("participation")
     @classmethod
@@ -191,25 +209,32 @@ class ProtocolConfig(Section):
 
 
 class RuntimeConfig(Section):
-    # ray = client host actors and a server actor; local = everything in this process
-    # (no Ray start-up, one process); auto = local on a machine of <= 4 CPUs with no
-    # cluster, GPU shares or clients_per_actor asked for, else ray (runtime/backends.py)
-    backend: Literal["auto", "ray", "local"] = "auto"
-    # null = start a local Ray instance; "auto" or "ray://host:port" = join a cluster
-    address: str | None = None
-    # "auto" packs clients onto as many host actors as the CPUs allow
-    clients_per_actor: int | Literal["auto"] = "auto"
-    # upper bound on client host actors (null = as many as resources allow)
-    max_actors: int | None = Field(None, ge=1)
-    num_cpus_per_actor: float = Field(1.0, gt=0.0)
-    num_gpus_per_actor: float = Field(0.0, ge=0.0)
-    # CPUs given to a local Ray instance (null = all cores)
-    num_cpus: int | None = Field(None, ge=1)
-    # a client host actor that dies is replaced, at most this many times per run (its
-    # clients' states come from the server, so results do not change)
-    max_restarts: int = Field(3, ge=0)
-    include_dashboard: bool = False
-    dashboard_host: str = "127.0.0.1"
+    # runtime/backends.py decides `auto`
+    backend: Literal["auto", "ray", "local"] = Field(
+        "auto", description="local: one process, no Ray; auto: local on <= 4 CPUs unless cluster/GPU/packing set"
+    )
+    address: str | None = Field(
+        None, description='null = a private Ray on this machine, on 127.0.0.1 only; "auto" or "ray://host:port" = join a cluster'
+    )
+    clients_per_actor: int | Literal["auto"] = Field(
+        "auto", description="auto = pack clients onto the available CPU/GPU slots; N = N clients per actor"
+    )
+    max_actors: int | None = Field(None, ge=1, description="cap on client host actors; null = as many as resources allow")
+    num_cpus_per_actor: float = Field(1.0, gt=0.0, description="CPUs reserved per client host actor")
+    num_gpus_per_actor: float = Field(
+        0.0, ge=0.0, description="GPUs per client host actor; fractions allowed: 0.25 packs four actors per GPU"
+    )
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a private Ray instance; null = all cores")
+    # the replaced actor's clients' states come from the server, so results do not change
+    max_restarts: int = Field(
+        3, ge=0, description="a dead client host actor is replaced at most this many times; nothing is lost"
+    )
+    include_dashboard: bool = Field(
+        False, description='private Ray only; needs the extra: pip install -e ".[dashboard]"'
+    )
+    dashboard_host: str = Field(
+        "127.0.0.1", description="a private Ray serves the dashboard on loopback only (other addresses are refused)"
+    )
 
     @field_validator("clients_per_actor")
     @classmethod
@@ -220,24 +245,34 @@ class RuntimeConfig(Section):
 
 
 class OutputConfig(Section):
-    dir: str = "runs"
-    # HDC-FL: save the server cache (heads, encoders, sample counts, global encoder) at
-    # every refresh round to RUN_DIR/refresh_cache/, so `hdcfl-ray ablate` can replay
-    # other server-side settings without retraining. Costs K encoders per refresh on disk.
-    save_refresh_cache: bool = False
+    dir: str = Field("runs", description="folder that holds each run's directory <name>-<algorithm>-seed<seed>-<time>")
+    # The cache is heads, encoders, sample counts and the global encoder, written to
+    # RUN_DIR/refresh_cache/ at every refresh: K encoders per refresh on disk, so it is off by default.
+    save_refresh_cache: bool = Field(
+        False, description="HDC-FL: keep the server cache of every refresh (for ablate and donor-swap replays)"
+    )
 
 
 class Scenario(Section):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    seed: int = 42
-    dataset: DatasetConfig = DatasetConfig()
-    partition: PartitionConfig = PartitionConfig()
-    model: ModelConfig = ModelConfig()
-    algorithm: AlgorithmConfig
-    protocol: ProtocolConfig = ProtocolConfig()
-    runtime: RuntimeConfig = RuntimeConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig()
-    output: OutputConfig = OutputConfig()
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="letters, digits, . _ - (reports read 'base.variant' as an ablation of 'base')",
+        examples=["my-run"],
+    )
+    seed: int = Field(
+        42, description="fixes partition, init, sampling, clustering; 0..2^31-1 (other integers stay below 2^31, floats finite)"
+    )
+    dataset: DatasetConfig = Field(DatasetConfig(), description="where the images come from")
+    partition: PartitionConfig = Field(PartitionConfig(), description="which training and test images each client holds")
+    model: ModelConfig = Field(ModelConfig(), description="the encoder architecture; each client adds its own head")
+    algorithm: AlgorithmConfig = Field(
+        description="name picks the method; each method reads only its own section, so one file holds them all"
+    )
+    protocol: ProtocolConfig = Field(ProtocolConfig(), description="rounds, sampling, local training, evaluation, simulated time")
+    runtime: RuntimeConfig = Field(RuntimeConfig(), description="where the simulation runs: Ray actors or this process")
+    checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="checkpoints a stopped run resumes from")
+    output: OutputConfig = Field(OutputConfig(), description="where the run writes and what it keeps")
 
     @model_validator(mode="after")
     def _cross_section_checks(self) -> "Scenario":
