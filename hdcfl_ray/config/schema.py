@@ -94,7 +94,6 @@ def _algorithm_config() -> type[Section]:
 
 
 AlgorithmConfig = _algorithm_config()
-ALGORITHM_NAMES = tuple(method_specs())
 
 
 class Distribution(Section):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
-from hdcfl_ray.algorithms.registry import method_specs
+from hdcfl_ray.algorithms.registry import method_names, supports_async
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
@@ -78,8 +78,8 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
         build_algorithm(scenario)  # a method may refuse its settings here (exit 2, before anything starts)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from exc
-    if scenario.protocol.mode == "async" and not method_specs()[scenario.algorithm.name].asynchronous:
-        capable = ", ".join(name for name, spec in method_specs().items() if spec.asynchronous)
+    if scenario.protocol.mode == "async" and not supports_async(scenario.algorithm.name):
+        capable = ", ".join(name for name in method_names() if supports_async(name))
         raise ScenarioError(
             f"protocol.mode: 'async' works with {capable}; {scenario.algorithm.name} runs "
             f"synchronous rounds only (set protocol.mode: sync)"
