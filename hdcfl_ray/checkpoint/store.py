@@ -142,6 +142,12 @@ def find_checkpoint(run_dir: Path) -> CheckpointSearch:
     return CheckpointSearch(found=None)
 
 
+def read_checkpoint(run_dir: Path, put: Callable[[Any], Any] | None = None) -> dict[str, Any] | None:
+    """The newest usable checkpoint's payload, or None when the run has no checkpoint yet."""
+    search = find_checkpoint(run_dir)
+    return None if search.found is None else search.found.payload(put)
+
+
 def _load_verified(directory: Path) -> Checkpoint | DamagedCheckpoint:
     state_path, arrays_path = directory / "state.json", directory / "arrays.npz"
     if not state_path.is_file():

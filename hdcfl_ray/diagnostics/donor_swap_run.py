@@ -32,6 +32,20 @@ def cosine_similarity(vectors: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
+def swap_matrices(
+    host: ClientHost,
+    client_ids: np.ndarray,
+    heads: np.ndarray,
+    encoders: np.ndarray,
+    round_index: int,
+    max_test_samples: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(loss_delta, acc_delta), each (T, T) [target, donor]: the score of
+    (encoder_d, head_t) minus that of the reference (encoder_t, head_t)."""
+    loss, accuracy = score_targets(host, list(range(len(client_ids))), client_ids, heads, encoders, round_index, max_test_samples)
+    return _deltas(loss, accuracy)
+
+
 def _deltas(loss: np.ndarray, accuracy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return loss - np.diag(loss)[:, None], accuracy - np.diag(accuracy)[:, None]
 
