@@ -4,7 +4,7 @@ It puts each broadcast object (the global encoder, prototypes, cluster models)
 in the object store once per round and sends ObjectRefs; collects the clients'
 updates as they finish and hands them to the algorithm in client-id order, so a
 run is reproducible whatever the arrival order; rejects updates holding NaN/Inf.
-`FederatedServer` is a plain object; `ServerActor` (runtime/actors.py) is the
+`FederatedServer` is a plain object; `ServerActor` (runtime/backends/actors.py) is the
 Ray actor around it. It imports no torch.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 
 from hdcfl_ray.config.schema import ProtocolConfig
 from hdcfl_ray.contract import ClientTask, Method, ModelParams, RoundNotes, Upload
-from hdcfl_ray.runtime.host_pool import HostPool
-from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
-from hdcfl_ray.runtime.sampling import available_clients, plan_round, select_clients, selection_size
-from hdcfl_ray.runtime.transport import RayTransport, Transport
-from hdcfl_ray.runtime.virtual_clock import ClientProfile
+from hdcfl_ray.runtime.server.host_pool import HostPool
+from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, UploadMeta
+from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, select_clients, selection_size
+from hdcfl_ray.runtime.server.transport import RayTransport, Transport
+from hdcfl_ray.runtime.server.virtual_clock import ClientProfile
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class ServerSettings:
 
 def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
     """From a Scenario and a Partition (typed loosely: the server imports no data code)."""
-    from hdcfl_ray.runtime.virtual_clock import client_profiles
+    from hdcfl_ray.runtime.server.virtual_clock import client_profiles
 
     return ServerSettings(
         num_clients=partition.num_clients,

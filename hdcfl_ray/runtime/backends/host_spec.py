@@ -21,7 +21,7 @@ class HostSpec:
     def spawn(self, host_index: int, attempt: int = 0) -> Any:
         # Imported here: this spec travels to the server actor, which must not load torch
         # unless it has to replace a host.
-        from hdcfl_ray.runtime.actors import ClientHostActor
+        from hdcfl_ray.runtime.backends.actors import ClientHostActor
 
         name = f"{self.name_prefix}-{host_index}" + (f"-r{attempt}" if attempt else "")
         return ClientHostActor.options(**self.options, name=name).remote(

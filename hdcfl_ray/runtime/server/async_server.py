@@ -21,10 +21,10 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
 from hdcfl_ray.contract import RoundNotes, Upload
-from hdcfl_ray.runtime.host_pool import TrainingHandle
-from hdcfl_ray.runtime.messages import UploadMeta
-from hdcfl_ray.runtime.sampling import available_clients
-from hdcfl_ray.runtime.server import FederatedServer, RoundReport, UpdateTiming
+from hdcfl_ray.runtime.server.host_pool import TrainingHandle
+from hdcfl_ray.runtime.server.messages import UploadMeta
+from hdcfl_ray.runtime.server.sampling import available_clients
+from hdcfl_ray.runtime.server.sync_server import FederatedServer, RoundReport, UpdateTiming
 
 
 @dataclass

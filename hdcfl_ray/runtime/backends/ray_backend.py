@@ -54,7 +54,7 @@ class LocalBackend:
     name: Backend = "local"
 
     def __init__(self, prepared: Any) -> None:
-        from hdcfl_ray.runtime.inprocess import in_process_run
+        from hdcfl_ray.runtime.backends.local_host import in_process_run
 
         scenario = prepared.scenario
         # The one host gets every CPU the run may use as torch threads.
@@ -79,7 +79,7 @@ class LocalBackend:
         return [None]
 
     def describe(self) -> dict[str, Any]:
-        from hdcfl_ray.runtime.client_host import torch_threads_per_host
+        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
 
         threads = torch_threads_per_host(self.host_runtime)
         return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": threads}
@@ -97,10 +97,10 @@ class RayBackend:
         import ray
 
         from hdcfl_ray.config.methods import build_algorithm
-        from hdcfl_ray.runtime.actors import start_hosts, start_server, wait_until_ready
+        from hdcfl_ray.runtime.backends.actors import start_hosts, start_server, wait_until_ready
         from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-        from hdcfl_ray.runtime.placement import assign_clients, count_hosts
-        from hdcfl_ray.runtime.server import build_server_settings
+        from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
+        from hdcfl_ray.runtime.server.sync_server import build_server_settings
 
         scenario = prepared.scenario
         self.host_runtime = scenario.runtime
@@ -137,7 +137,7 @@ class RayBackend:
         return ray.get([host.node_id.remote() for host in self.hosts])
 
     def describe(self) -> dict[str, Any]:
-        from hdcfl_ray.runtime.client_host import torch_threads_per_host
+        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
 
         return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": torch_threads_per_host(self.host_runtime)}
 

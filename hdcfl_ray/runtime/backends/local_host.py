@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.contract import Method, ModelParams
-from hdcfl_ray.runtime.async_server import AsyncFederatedServer
-from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
+from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-from hdcfl_ray.runtime.server import FederatedServer, RoundReport, build_server_settings
-from hdcfl_ray.runtime.transport import InProcessTransport
+from hdcfl_ray.runtime.server.sync_server import FederatedServer, RoundReport, build_server_settings
+from hdcfl_ray.runtime.server.transport import InProcessTransport
 
 
 @dataclass
@@ -29,7 +29,7 @@ class InProcessRun:
 
 
 def local_host(prepared, algorithm: Method | None = None, initial: ModelParams | None = None) -> ClientHost:
-    """One plain ClientHost owning every client of a `simulation.PreparedRun`."""
+    """One plain ClientHost owning every client of a `driver.PreparedRun`."""
     scenario, dataset = prepared.scenario, prepared.dataset
     return ClientHost(
         scenario,
@@ -45,7 +45,7 @@ def local_host(prepared, algorithm: Method | None = None, initial: ModelParams |
 
 
 def in_process_run(prepared, algorithm: Method | None = None) -> InProcessRun:
-    """`prepared` is a `simulation.PreparedRun`."""
+    """`prepared` is a `driver.PreparedRun`."""
     scenario = prepared.scenario
     dataset = prepared.dataset
     algorithm = algorithm or build_algorithm(scenario)

@@ -8,11 +8,11 @@ import ray
 
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import Method, ModelParams
-from hdcfl_ray.runtime.async_server import AsyncFederatedServer
-from hdcfl_ray.runtime.client_host import ClientHost
-from hdcfl_ray.runtime.host_spec import HostSpec
-from hdcfl_ray.runtime.messages import StoreRef
-from hdcfl_ray.runtime.server import FederatedServer, ServerSettings
+from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
+from hdcfl_ray.runtime.client.client_host import ClientHost
+from hdcfl_ray.runtime.backends.host_spec import HostSpec
+from hdcfl_ray.runtime.server.messages import StoreRef
+from hdcfl_ray.runtime.server.sync_server import FederatedServer, ServerSettings
 
 ClientHostActor = ray.remote(ClientHost)
 ServerActor = ray.remote(FederatedServer)
