@@ -61,7 +61,7 @@ def machine_memory_bytes() -> int | None:
 
 def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     """Everything about `runtime.*` that can be checked before Ray starts; returns notices."""
-    from hdcfl_ray.runtime.backends.ray_backend import choose_backend
+    from hdcfl_ray.runtime.backends.choice import choose_backend
 
     _check_resource_shares(runtime)
     if choose_backend(runtime) == "local":
@@ -104,7 +104,7 @@ def planned_capacity(runtime: RuntimeConfig, where: Placement) -> Capacity | Non
 
 
 def _check_local_backend(runtime: RuntimeConfig) -> list[str]:
-    from hdcfl_ray.runtime.backends.ray_backend import local_cpus
+    from hdcfl_ray.runtime.backends.choice import local_cpus
 
     machine_cpus = os.cpu_count() or 1
     if local_cpus(runtime) > machine_cpus:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import numpy as np
 from hdcfl_ray.algorithms.registry import method_specs
@@ -27,7 +27,11 @@ from hdcfl_ray.logs.round_rows import RoundRowBuilder
 from hdcfl_ray.checkpoint.store import CheckpointSearch, find_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
-from hdcfl_ray.runtime.backends.ray_backend import LocalBackend, RayBackend, choose_backend
+from hdcfl_ray.runtime.backends.choice import choose_backend
+from hdcfl_ray.runtime.backends.local_backend import LocalBackend
+
+if TYPE_CHECKING:
+    from hdcfl_ray.runtime.backends.ray_backend import RayBackend
 
 
 class RunObserver(Protocol):
@@ -175,8 +179,10 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
         with _new_run_dir(scenario, run_dir, resume):
             summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
     else:
+        # Ray is imported only for a Ray run
         from hdcfl_ray.runtime.backends.placement import count_hosts
-        from hdcfl_ray.runtime.backends.ray_session import RaySession  # Ray is imported only for a Ray run
+        from hdcfl_ray.runtime.backends.ray_backend import RayBackend
+        from hdcfl_ray.runtime.backends.ray_session import RaySession
 
         with RaySession(scenario.runtime) as session:
             # a joined cluster can be measured only now, still before the run directory exists

@@ -1,91 +1,29 @@
-"""Where a run's server and client hosts live: Ray actors, or this process.
+"""The Ray backend: client host actors packed with logical clients and a server actor
+on the cluster a `RaySession` is joined to.
 
-`ray` is the simulator's runtime: client host actors packed with logical
-clients, a server actor, the object store, host replacement after a crash, any
-number of nodes. `local` runs the same `FederatedServer` round logic and one
-`ClientHost` owning every client inside the driver process (torch uses all the
-CPUs it is given through its own threads). Both produce identical metrics for a
-scenario and seed when their hosts use the same number of torch threads: the
-thread count can change the rounding of convolution sums, and a run amplifies
-it. `local` saves Ray's start-up (a few seconds) and an actor
-process per host (about half a gigabyte each with torch), which is most of a
-short run on a laptop.
-
-`auto` picks `local` when a run cannot gain from Ray: no cluster address, no
-Ray already running in this process (a sweep, a test fixture), no GPU shares,
-no explicit `clients_per_actor`, and at most `LOCAL_MAX_CPUS` CPUs to fill.
+It puts the dataset in the object store once, starts the hosts (each from a
+`HostSpec`, which the server keeps to replace a host that dies) and the server
+actor, and forwards the driver's calls to the server. Imported only for a Ray run.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any, Callable, Literal
+import uuid
+from typing import Any
 
-from hdcfl_ray.config.schema import RuntimeConfig
+import ray
 
-# One process's torch threads keep up to this many cores busy on the small models
-# a laptop run uses; beyond it, separate host actors scale better.
-LOCAL_MAX_CPUS = 4
-
-Backend = Literal["ray", "local"]
-
-
-def choose_backend(runtime: RuntimeConfig) -> Backend:
-    if runtime.backend != "auto":
-        return runtime.backend
-    # Ray is not imported to ask: a process that never imported it has not started it
-    # (and a local run stays free of Ray's import cost and memory).
-    ray = sys.modules.get("ray")
-    if runtime.address is not None or (ray is not None and ray.is_initialized()):
-        return "ray"
-    if runtime.num_gpus_per_actor > 0 or runtime.clients_per_actor != "auto":
-        return "ray"
-    return "local" if local_cpus(runtime) <= LOCAL_MAX_CPUS else "ray"
-
-
-def local_cpus(runtime: RuntimeConfig) -> int:
-    return int(runtime.num_cpus or os.cpu_count() or 1)
-
-
-class LocalBackend:
-    """The server object and one client host in this process; calls are plain calls."""
-
-    name: Backend = "local"
-
-    def __init__(self, prepared: Any) -> None:
-        from hdcfl_ray.runtime.backends.local_host import in_process_run
-
-        scenario = prepared.scenario
-        # The one host gets every CPU the run may use as torch threads.
-        threads = local_cpus(scenario.runtime)
-        scenario = scenario.model_copy(update={"runtime": scenario.runtime.model_copy(update={"num_cpus_per_actor": threads})})
-        self.threads = threads
-        self.host_runtime = scenario.runtime
-        self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition))
-        self.num_hosts = 1
-        self.client_hosts = {client.client_id: 0 for client in prepared.partition.clients}
-
-    def call(self, method: str, *args: Any) -> Any:
-        return getattr(self.run.server, method)(*args)
-
-    fetch: Callable[[Any], Any] | None = None  # checkpoint values are already plain
-    put: Callable[[Any], Any] | None = None
-
-    def host_names(self) -> list[str]:
-        return ["in-process"]
-
-    def host_nodes(self) -> list[str | None]:
-        return [None]
-
-    def describe(self) -> dict[str, Any]:
-        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
-
-        threads = torch_threads_per_host(self.host_runtime)
-        return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": threads}
-
-    def close(self) -> None:
-        self.run = None  # type: ignore[assignment]
+from hdcfl_ray.config.methods import build_algorithm
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import Method, ModelParams
+from hdcfl_ray.runtime.backends.actors import AsyncServerActor, ServerActor
+from hdcfl_ray.runtime.backends.choice import Backend
+from hdcfl_ray.runtime.backends.host_spec import HostSpec
+from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
+from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
+from hdcfl_ray.runtime.server.messages import StoreRef
+from hdcfl_ray.runtime.server.sync_server import ServerSettings, build_server_settings
 
 
 class RayBackend:
@@ -94,14 +32,6 @@ class RayBackend:
     name: Backend = "ray"
 
     def __init__(self, prepared: Any, session: Any) -> None:
-        import ray
-
-        from hdcfl_ray.config.methods import build_algorithm
-        from hdcfl_ray.runtime.backends.actors import start_hosts, start_server, wait_until_ready
-        from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-        from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
-        from hdcfl_ray.runtime.server.sync_server import build_server_settings
-
         scenario = prepared.scenario
         self.host_runtime = scenario.runtime
         self.session = session
@@ -122,28 +52,18 @@ class RayBackend:
         self.put = ray.put
 
     def call(self, method: str, *args: Any) -> Any:
-        import ray
-
         return ray.get(getattr(self.server, method).remote(*args))
 
     def host_names(self) -> list[str]:
-        import ray
-
         return ray.get([host.actor_name.remote() for host in self.hosts])
 
     def host_nodes(self) -> list[str | None]:
-        import ray
-
         return ray.get([host.node_id.remote() for host in self.hosts])
 
     def describe(self) -> dict[str, Any]:
-        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
-
         return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": torch_threads_per_host(self.host_runtime)}
 
     def close(self) -> None:
-        import ray
-
         try:
             replacements = ray.get(self.server.host_handles.remote())
         except Exception:  # the server is gone: kill what we know of
@@ -151,3 +71,54 @@ class RayBackend:
         for actor in [self.server, *replacements, *self.hosts]:
             ray.kill(actor)
         self._host_spec = None
+
+
+def start_hosts(
+    prepared,  # PreparedRun; untyped here to avoid an import cycle
+    client_hosts: dict[int, int],
+    num_hosts: int,
+    algorithm: Method,
+    initial: ModelParams,
+) -> tuple[list, HostSpec]:
+    scenario: Scenario = prepared.scenario
+    dataset = prepared.dataset
+    # One copy of every array in the object store; hosts on a node read it without copies.
+    arrays = [StoreRef(ray.put(a)) for a in (dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels)]
+    clients_of_host: dict[int, list] = {host: [] for host in range(num_hosts)}
+    for client in prepared.partition.clients:
+        clients_of_host[client_hosts[client.client_id]].append(client)
+    spec = HostSpec(
+        # A dead host is replaced by the server (runtime.max_restarts times), not restarted by Ray.
+        options={"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor},
+        name_prefix=f"hdcfl-host-{uuid.uuid4().hex[:8]}",
+        shared_args=(scenario, algorithm, *arrays),
+        clients_of_host=tuple(StoreRef(ray.put(clients_of_host[h])) for h in range(num_hosts)),
+        initial=StoreRef(ray.put(initial)),
+        num_classes=dataset.num_classes,
+    )
+    hosts = [spec.spawn(host_index) for host_index in range(num_hosts)]
+    # Not awaited here: the server actor starts while the hosts load torch (see wait_until_ready).
+    # The caller keeps `spec` (and so the data) alive for the whole run.
+    return hosts, spec
+
+
+def wait_until_ready(hosts: list, server) -> None:
+    """Block until every actor is constructed, so construction errors surface before round 1."""
+    ray.get([host.client_ids.remote() for host in hosts] + [server.host_handles.remote()])
+
+
+def start_server(
+    settings: ServerSettings,
+    algorithm: Method,
+    hosts: list,
+    client_hosts: dict[int, int],
+    initial: ModelParams,
+    independent: list[ModelParams],
+    host_spec: HostSpec,
+    max_replacements: int,
+):
+    # The server mostly waits on clients; it takes no CPU slot away from them.
+    actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
+    return actor_class.options(num_cpus=0).remote(
+        algorithm, hosts, client_hosts, initial, independent, settings, host_spawner=host_spec, max_replacements=max_replacements
+    )
