@@ -45,6 +45,15 @@ def test_codec_refuses_classes_outside_the_package():
         Encoder().encode(object())
 
 
+def test_a_checkpoint_naming_the_runtime_modules_before_their_move_still_decodes():
+    from hdcfl_ray.runtime.server.messages import UploadMeta
+
+    # as an asynchronous run's checkpoint wrote an update before runtime/ was laid out by concept
+    encoded = Encoder().encode(UploadMeta(3, 10, 0.5, 2, {}, True))
+    encoded["__dataclass__"] = "hdcfl_ray.runtime.messages:UploadMeta"
+    assert Decoder({}).decode(encoded) == UploadMeta(3, 10, 0.5, 2, {}, True)
+
+
 class StopAfterRound(QuietObserver):
     def __init__(self, round_index: int) -> None:
         self.round_index = round_index
