@@ -11,7 +11,9 @@ from hdcfl_ray.contract import Method, ModelParams
 from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-from hdcfl_ray.runtime.server.sync_server import FederatedServer, RoundReport, build_server_settings
+from hdcfl_ray.runtime.server.round_tail import RoundReport
+from hdcfl_ray.runtime.server.settings import build_server_settings
+from hdcfl_ray.runtime.server.sync_server import FederatedServer
 from hdcfl_ray.runtime.server.transport import InProcessTransport
 
 

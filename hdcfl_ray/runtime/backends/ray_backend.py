@@ -23,7 +23,7 @@ from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
 from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
 from hdcfl_ray.runtime.server.messages import StoreRef
-from hdcfl_ray.runtime.server.sync_server import ServerSettings, build_server_settings
+from hdcfl_ray.runtime.server.settings import ServerSettings, build_server_settings
 
 
 class RayBackend:
