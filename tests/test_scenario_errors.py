@@ -246,7 +246,7 @@ def _encoder_weights(path: Path, **model: object) -> Path:
     import torch
 
     from hdcfl_ray.config.schema import ModelConfig
-    from hdcfl_ray.models.split_model import build_encoder
+    from hdcfl_ray.models.encoders import build_encoder
 
     torch.save(build_encoder(ModelConfig(**model), in_channels=1).state_dict(), path)
     return path

@@ -274,7 +274,7 @@ def check_model_memory(model: ModelConfig, in_channels: int, algorithm: Algorith
         return
     import torch
 
-    from hdcfl_ray.models.split_model import build_encoder
+    from hdcfl_ray.models.encoders import build_encoder
 
     sizes = f"model.encoder {model.encoder}, model.width {model.width}, model.feature_dim {model.feature_dim}"
     try:
