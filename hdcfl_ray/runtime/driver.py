@@ -1,5 +1,7 @@
-"""The driver side of a run: prepare data (before Ray), start actors, loop over
-rounds, write the run directory, report progress to an observer."""
+"""The driver side of a run: prepare it (every check of the user's input, before a
+run directory exists or Ray starts), start its backend, loop over the rounds,
+write the run directory and its checkpoints, resume one, and report progress to
+an observer."""
 
 from __future__ import annotations
 

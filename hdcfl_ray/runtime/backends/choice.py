@@ -1,4 +1,4 @@
-"""Where a run's server and client hosts live: Ray actors, or this process.
+"""Which backend a run gets: Ray actors, or this process (`runtime.backend`).
 
 `ray` is the simulator's runtime: client host actors packed with logical
 clients, a server actor, the object store, host replacement after a crash, any

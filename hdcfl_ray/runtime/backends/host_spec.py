@@ -1,4 +1,6 @@
-"""How to (re)build a client host actor (torch-free until a host is spawned)."""
+"""How to (re)build a client host actor: the Ray backend spawns each host from a
+`HostSpec`, and the server's host pool keeps it to replace a host that dies.
+Torch-free until a host is spawned: the spec travels to the server actor."""
 
 from __future__ import annotations
 
