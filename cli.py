@@ -55,7 +55,7 @@ def validate(
 ) -> None:
     """Check a scenario (schema, data files, partition against the data) without running it."""
     from hdcfl_ray.config import load_scenario
-    from hdcfl_ray.runtime.simulation import prepare_run
+    from hdcfl_ray.runtime.driver import prepare_run
 
     try:
         scenario = load_scenario(scenario_file, overrides or [])
@@ -81,7 +81,7 @@ def simulate(
 ) -> None:
     """Run one simulation and write its run directory (scenario, manifest, Parquet tables)."""
     from hdcfl_ray.config import load_scenario
-    from hdcfl_ray.runtime.simulation import check_run_dir_free, default_run_dir, prepare_run, resumable_run, run_simulation
+    from hdcfl_ray.runtime.driver import check_run_dir_free, default_run_dir, prepare_run, resumable_run, run_simulation
     from hdcfl_ray.terminal.live_view import LiveView, QuietObserver
 
     try:

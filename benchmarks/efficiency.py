@@ -90,7 +90,7 @@ def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
 
 def simulation(prepared, out_dir: Path) -> dict:
     from hdcfl_ray.logs.table_writer import read_table
-    from hdcfl_ray.runtime.simulation import run_simulation
+    from hdcfl_ray.runtime.driver import run_simulation
 
     started = time.perf_counter()
     summary = run_simulation(prepared, out_dir / "run")
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     args = parser.parse_args()
 
-    from hdcfl_ray.runtime.simulation import prepare_run
+    from hdcfl_ray.runtime.driver import prepare_run
 
     with tempfile.TemporaryDirectory(prefix="hdcfl-efficiency-") as work:
         prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work)))

@@ -105,7 +105,7 @@ def export_workload(scenario_path: Path, npz_path: Path) -> None:
     """Build the dataset and partition with hdcfl-ray's code and write each client's
     arrays, so Flower sees exactly the clients hdcfl-ray will simulate."""
     from hdcfl_ray.config.loading import load_scenario
-    from hdcfl_ray.runtime.simulation import prepare_run
+    from hdcfl_ray.runtime.driver import prepare_run
 
     prepared = prepare_run(load_scenario(scenario_path))
     dataset = prepared.dataset

@@ -16,7 +16,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 def ray_session() -> Iterator[None]:
     import ray
 
-    from hdcfl_ray.runtime.ray_session import start_private_ray
+    from hdcfl_ray.runtime.backends.ray_session import start_private_ray
 
     start_private_ray(num_cpus=2)  # started as a run starts its own: loopback only
     try:

@@ -16,7 +16,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from hdcfl_ray.config.loading import load_scenario
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 
 
 def main(scenario_path: str, run_dir: str, result_path: str) -> None:

@@ -13,7 +13,7 @@ from hdcfl_ray.ablation import ablate_run
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.logs.table_writer import read_table
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
 

@@ -28,9 +28,9 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.fedala import FedALAParams
 from hdcfl_ray.config.schema import ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel
-from hdcfl_ray.runtime.client_context import HostClientContext
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.client.client_context import HostClientContext
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 # ---- pure maths ----

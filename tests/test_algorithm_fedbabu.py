@@ -12,8 +12,8 @@ from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedbabu import FedBABU, finetune_optimizer
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.fedbabu import FedBABUParams
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 FAST_PROTOCOL = {"rounds": 2, "participation": 0.5, "local_epochs": 2, "batch_size": 16}

@@ -30,10 +30,10 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.fedce import FedCEParams
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module
-from hdcfl_ray.runtime.client_context import HostClientContext, stats_from_probabilities
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.local_training import client_generator
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.client.client_context import HostClientContext, stats_from_probabilities
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.client.local_training import client_generator
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

@@ -11,8 +11,8 @@ from hdcfl_ray.algorithms.fedsoft import FedSoft
 from hdcfl_ray.algorithms.proximal import parameter_columns, proximal_anchor, proximal_regulariser
 from hdcfl_ray.algorithms.fedsoft_importance import importance_weights, select_per_centre, server_weights
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

@@ -12,8 +12,8 @@ from hdcfl_ray.algorithms.ifca import IFCA, assignment_subset, choose_cluster
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.ifca import IFCAParams
 from hdcfl_ray.models import build_split_model, load_flat_into
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

@@ -18,8 +18,8 @@ from hdcfl_ray.algorithms.pacfl_subspaces import (
 )
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.pacfl import PACFLParams
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 # digits, rotation [0, 180]: with the element-wise measure same-angle clients sit

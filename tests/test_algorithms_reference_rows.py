@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

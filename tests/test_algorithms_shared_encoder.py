@@ -6,8 +6,8 @@ import numpy as np
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
 

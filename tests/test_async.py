@@ -7,8 +7,8 @@ import pytest
 
 from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step, staleness_weight
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

@@ -14,7 +14,7 @@ from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.checkpoint.codec import CheckpointFormatError, Decoder, Encoder
 from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
 
@@ -43,6 +43,15 @@ def test_codec_refuses_classes_outside_the_package():
         Decoder({}).decode({"__dataclass__": "os:system", "fields": {}})
     with pytest.raises(CheckpointFormatError):
         Encoder().encode(object())
+
+
+def test_a_checkpoint_naming_the_runtime_modules_before_their_move_still_decodes():
+    from hdcfl_ray.runtime.server.messages import UploadMeta
+
+    # as an asynchronous run's checkpoint wrote an update before runtime/ was laid out by concept
+    encoded = Encoder().encode(UploadMeta(3, 10, 0.5, 2, {}, True))
+    encoded["__dataclass__"] = "hdcfl_ray.runtime.messages:UploadMeta"
+    assert Decoder({}).decode(encoded) == UploadMeta(3, 10, 0.5, 2, {}, True)
 
 
 class StopAfterRound(QuietObserver):
@@ -342,7 +351,7 @@ def test_resume_refuses_to_change_a_setting_that_is_not_a_runtime_key(tmp_path):
 
 
 def test_a_run_killed_while_writing_its_scenario_does_not_block_the_same_out_again(tmp_path):
-    from hdcfl_ray.runtime.simulation import claim_run_dir
+    from hdcfl_ray.runtime.driver import claim_run_dir
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

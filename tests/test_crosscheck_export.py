@@ -13,9 +13,9 @@ import torch
 
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.models import build_split_model
-from hdcfl_ray.runtime.inprocess import local_host
-from hdcfl_ray.runtime.local_training import client_generator
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import local_host
+from hdcfl_ray.runtime.client.local_training import client_generator
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 CROSSCHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck"

@@ -25,7 +25,7 @@ from hdcfl_ray.diagnostics.donor_swap import (
 )
 from hdcfl_ray.diagnostics.donor_swap_run import donor_swap, format_summary
 from hdcfl_ray.errors import ScenarioError
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
 
@@ -149,7 +149,7 @@ def test_donor_swap_on_a_tiny_run_writes_one_row_per_ordered_pair(tmp_path: Path
     # targets scored in parallel on Ray give exactly the in-process matrices
     from hdcfl_ray.diagnostics.donor_swap_run import swap_matrices, swap_matrices_on_ray
     from hdcfl_ray.logs.refresh_cache import read_refresh_caches
-    from hdcfl_ray.runtime.inprocess import local_host
+    from hdcfl_ray.runtime.backends.local_host import local_host
 
     cache = read_refresh_caches(run_dir, purpose="test")[-1]
     prepared = prepare_run(scenario)

@@ -12,8 +12,8 @@ import pytest
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.hdcfl.encoder_store import DiskEncoderStore, resolve_storage
 from hdcfl_ray.hdcfl.prototypes import group_prototypes
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 

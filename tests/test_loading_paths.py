@@ -22,7 +22,7 @@ from PIL import Image
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.data.sources import _seeded_subset, load_dataset
 from hdcfl_ray.data.sources import parquet_images as parquet_source
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.driver import prepare_run
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = REPO / "scenarios" / "cpu"

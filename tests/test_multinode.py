@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.logs.table_writer import read_table
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from tests.conftest import tiny_scenario
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.logs.round_rows import RoundRowBuilder
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
 POISONED = 2

@@ -20,8 +20,8 @@ from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
 from hdcfl_ray.models.pretrained import load_pretrained_encoder
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.sweep.grid import expand, read_sweep_file, resolve_algorithms
 
 REPO = Path(__file__).resolve().parents[1]

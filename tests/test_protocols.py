@@ -9,10 +9,10 @@ import pytest
 
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.schema import AvailabilityConfig, Distribution, StragglerConfig, SystemConfig
-from hdcfl_ray.runtime.inprocess import in_process_run
-from hdcfl_ray.runtime.sampling import available_clients, plan_round, select_clients
-from hdcfl_ray.runtime.simulation import prepare_run
-from hdcfl_ray.runtime.virtual_clock import ClientProfile, client_profiles
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, select_clients
+from hdcfl_ray.runtime.driver import prepare_run
+from hdcfl_ray.runtime.server.virtual_clock import ClientProfile, client_profiles
 from tests.conftest import tiny_scenario
 
 

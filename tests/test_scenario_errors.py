@@ -246,7 +246,7 @@ def _encoder_weights(path: Path, **model: object) -> Path:
     import torch
 
     from hdcfl_ray.config.schema import ModelConfig
-    from hdcfl_ray.models.split_model import build_encoder
+    from hdcfl_ray.models.encoders import build_encoder
 
     torch.save(build_encoder(ModelConfig(**model), in_channels=1).state_dict(), path)
     return path
@@ -336,7 +336,7 @@ def test_a_capped_test_per_client_says_so(write_scenario):
 
 
 def test_a_failed_start_leaves_nothing_behind_and_the_rerun_uses_the_same_out(write_scenario, tmp_path, monkeypatch):
-    from hdcfl_ray.runtime import simulation
+    from hdcfl_ray.runtime import driver
 
     def refuse(prepared):
         raise ScenarioError("model.pretrained: refused while the run started")
@@ -349,7 +349,7 @@ def test_a_failed_start_leaves_nothing_behind_and_the_rerun_uses_the_same_out(wr
     )
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
-        patch.setattr(simulation, "LocalBackend", refuse)
+        patch.setattr(driver, "LocalBackend", refuse)
         result = runner.invoke(app, ["simulate", str(path), "--out", str(out), "-q"])
     assert result.exit_code == 2 and "refused while the run started" in result.output
     assert not out.exists()
@@ -362,7 +362,7 @@ def test_a_failed_start_leaves_nothing_behind_and_the_rerun_uses_the_same_out(wr
 def test_a_joined_clusters_capacity_is_checked_before_the_run_directory(ray_session, write_scenario, tmp_path):
     import dataclasses
 
-    from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 
     prepared = prepare_run(load_scenario(write_scenario(tiny_scenario(runtime={"backend": "ray"}))))
     # what the cluster turns out to hold is known only once joined: ask it for more than it has

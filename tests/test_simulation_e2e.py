@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
 

@@ -271,7 +271,7 @@ def test_a_run_killed_before_it_began_is_started_afresh(write_scenario, tmp_path
 def test_a_killed_sweep_rerun_with_unchanged_settings_resumes_to_the_uninterrupted_rows(write_scenario, tmp_path):
     import pyarrow.parquet as pq
 
-    from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
     from tests.test_checkpoint_resume import METRICS, StopAfterRound
 
     path = write_scenario(tiny_scenario(protocol={"rounds": 4}, checkpoint={"every": 1}))

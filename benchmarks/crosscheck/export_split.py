@@ -104,7 +104,7 @@ def export(scenario_path: str | Path, overrides: list[str], root: Path, name: st
 
     from hdcfl_ray.config.loading import load_scenario
     from hdcfl_ray.models import build_split_model
-    from hdcfl_ray.runtime.simulation import prepare_run
+    from hdcfl_ray.runtime.driver import prepare_run
 
     prepared = prepare_run(load_scenario(scenario_path, overrides))
     folder = root / "dataset" / name

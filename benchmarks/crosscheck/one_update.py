@@ -46,9 +46,9 @@ def main() -> int:
 
     from hdcfl_ray.config.loading import load_scenario
     from hdcfl_ray.models import build_split_model
-    from hdcfl_ray.runtime.inprocess import local_host
-    from hdcfl_ray.runtime.local_training import client_generator, train_locally
-    from hdcfl_ray.runtime.simulation import prepare_run
+    from hdcfl_ray.runtime.backends.local_host import local_host
+    from hdcfl_ray.runtime.client.local_training import client_generator, train_locally
+    from hdcfl_ray.runtime.driver import prepare_run
 
     torch.set_num_threads(1)
     folder = args.root / "dataset" / "hdcfl"

@@ -32,11 +32,11 @@ from hdcfl_ray.logs.manifest import update_manifest, write_manifest
 from hdcfl_ray.logs.refresh_cache import SavedRefresh, read_refresh_caches
 from hdcfl_ray.logs.round_rows import client_row, refresh_row, replayed_round_row
 from hdcfl_ray.logs.table_writer import TableWriter
-from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import initial_parameters
-from hdcfl_ray.runtime.inprocess import local_host
-from hdcfl_ray.runtime.messages import EvalReport
-from hdcfl_ray.runtime.simulation import PreparedRun, prepare_run
+from hdcfl_ray.runtime.backends.local_host import local_host
+from hdcfl_ray.runtime.server.messages import EvalReport
+from hdcfl_ray.runtime.driver import PreparedRun, prepare_run
 
 # The refresh schedule decides at which rounds caches were saved; a replay can
 # only score the rounds the run refreshed at.

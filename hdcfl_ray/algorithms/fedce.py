@@ -264,7 +264,7 @@ class FedCE(AlgorithmDefaults):
         return upload, FedCEClient(mixing=mixing)
 
     def evaluate(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
-        from hdcfl_ray.runtime.client_context import stats_from_probabilities  # imports torch: client side only
+        from hdcfl_ray.runtime.client.client_context import stats_from_probabilities  # imports torch: client side only
 
         models = models_from_objects(objects, self.count)
         _, mixing = self.e_step(ctx, state, models)

@@ -16,6 +16,13 @@ from typing import Any, Callable
 import numpy as np
 
 PACKAGE = "hdcfl_ray."
+# Modules whose dataclasses a checkpoint holds, by the name a checkpoint written before
+# hdcfl_ray/runtime was laid out by concept gives them: such a run still resumes.
+MOVED_MODULES = {
+    "hdcfl_ray.runtime.async_server": "hdcfl_ray.runtime.server.async_server",
+    "hdcfl_ray.runtime.host_pool": "hdcfl_ray.runtime.server.host_pool",
+    "hdcfl_ray.runtime.messages": "hdcfl_ray.runtime.server.messages",
+}
 
 
 class CheckpointFormatError(ValueError):
@@ -87,6 +94,7 @@ class Decoder:
         module_name, _, qualname = name.partition(":")
         if not module_name.startswith(PACKAGE) or "." in qualname:
             raise CheckpointFormatError(f"refusing to build {name!r}: not a dataclass of this package")
+        module_name = MOVED_MODULES.get(module_name, module_name)
         cls = getattr(importlib.import_module(module_name), qualname, None)
         if cls is None or not dataclasses.is_dataclass(cls):
             raise CheckpointFormatError(f"refusing to build {name!r}: not a dataclass of this package")

@@ -61,7 +61,7 @@ def machine_memory_bytes() -> int | None:
 
 def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     """Everything about `runtime.*` that can be checked before Ray starts; returns notices."""
-    from hdcfl_ray.runtime.backends import choose_backend
+    from hdcfl_ray.runtime.backends.choice import choose_backend
 
     _check_resource_shares(runtime)
     if choose_backend(runtime) == "local":
@@ -71,7 +71,7 @@ def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     if where == "private":
         _check_dashboard(runtime)
     capacity = planned_capacity(runtime, where)
-    if capacity is None:  # a cluster not joined yet: measured once connected (simulation.run_simulation)
+    if capacity is None:  # a cluster not joined yet: measured once connected (driver.run_simulation)
         check_cluster_reachable(str(runtime.address))
         return [
             *notices,
@@ -104,7 +104,7 @@ def planned_capacity(runtime: RuntimeConfig, where: Placement) -> Capacity | Non
 
 
 def _check_local_backend(runtime: RuntimeConfig) -> list[str]:
-    from hdcfl_ray.runtime.backends import local_cpus
+    from hdcfl_ray.runtime.backends.choice import local_cpus
 
     machine_cpus = os.cpu_count() or 1
     if local_cpus(runtime) > machine_cpus:
@@ -150,7 +150,7 @@ def check_cluster_reachable(address: str) -> None:
 
 
 def planned_hosts(runtime: RuntimeConfig, num_clients: int, capacity: Capacity) -> int:
-    from hdcfl_ray.runtime.placement import count_hosts
+    from hdcfl_ray.runtime.backends.placement import count_hosts
 
     return count_hosts(runtime, num_clients, capacity.cpus, capacity.gpus)
 
@@ -274,7 +274,7 @@ def check_model_memory(model: ModelConfig, in_channels: int, algorithm: Algorith
         return
     import torch
 
-    from hdcfl_ray.models.split_model import build_encoder
+    from hdcfl_ray.models.encoders import build_encoder
 
     sizes = f"model.encoder {model.encoder}, model.width {model.width}, model.feature_dim {model.feature_dim}"
     try:

@@ -208,7 +208,7 @@ class ProtocolConfig(Section):
 
 
 class RuntimeConfig(Section):
-    # runtime/backends.py decides `auto`
+    # runtime/backends/choice.py decides `auto`
     backend: Literal["auto", "ray", "local"] = Field(
         "auto", description="local: one process, no Ray; auto: local on <= 4 CPUs unless cluster/GPU/packing set"
     )

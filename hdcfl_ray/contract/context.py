@@ -1,7 +1,7 @@
 """What a method's client hooks see inside a client host: the client's data, a
 model skeleton to load flat vectors into, training and scoring with the run's
 settings, and seeded generators. The runtime implements it
-(hdcfl_ray/runtime/client_context.py); methods never touch Ray.
+(hdcfl_ray/runtime/client/client_context.py); methods never touch Ray.
 
 This module imports no torch at run time: tensor types appear in annotations only."""
 

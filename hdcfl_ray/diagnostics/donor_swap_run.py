@@ -16,10 +16,10 @@ from hdcfl_ray.diagnostics.donor_swap import DonorSwapSummary, analyse_run, bene
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.logs.refresh_cache import read_refresh_caches
-from hdcfl_ray.runtime.client_host import ClientHost
-from hdcfl_ray.runtime.inprocess import local_host
-from hdcfl_ray.runtime.ray_session import RaySession
-from hdcfl_ray.runtime.simulation import prepare_run
+from hdcfl_ray.runtime.client.client_host import ClientHost
+from hdcfl_ray.runtime.backends.local_host import local_host
+from hdcfl_ray.runtime.backends.ray_session import RaySession
+from hdcfl_ray.runtime.driver import prepare_run
 
 PARQUET_NAME = "donor_swap.parquet"
 

@@ -22,8 +22,8 @@ from hdcfl_ray.contract import EvalStats
 from hdcfl_ray.diagnostics.clustering import adjusted_rand, ari_between_refreshes, membership_entropy, personalisation_gain
 from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
 from hdcfl_ray.contract import RefreshSummary
-from hdcfl_ray.runtime.messages import EvalReport, UploadMeta
-from hdcfl_ray.runtime.server import RoundReport
+from hdcfl_ray.runtime.server.messages import EvalReport, UploadMeta
+from hdcfl_ray.runtime.server.round_tail import RoundReport
 
 # Absent values (a client that never trained, a first refresh with no previous one)
 # are written as nulls, not NaN, so readers can tell "not applicable" from a number.

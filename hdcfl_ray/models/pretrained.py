@@ -16,6 +16,7 @@ from torch import nn
 
 from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.models.encoders import build_encoder
 
 # Checkpoints often wrap the state dict under one of these keys.
 WRAPPER_KEYS = ("state_dict", "encoder")
@@ -78,8 +79,6 @@ def check_pretrained(config: ModelConfig, in_channels: int) -> PretrainedLoad | 
     The torch RNG is left as it was (the run's models are built from the seed later)."""
     if config.pretrained is None:
         return None
-    from hdcfl_ray.models.split_model import build_encoder  # split_model imports this module
-
     with torch.random.fork_rng(devices=[]):
         encoder = build_encoder(config, in_channels)
     return load_pretrained_encoder(encoder, config.pretrained)

@@ -16,9 +16,8 @@ import torch
 from torch import nn
 
 from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.models.encoders import build_encoder
 from hdcfl_ray.models.pretrained import load_pretrained_encoder
-from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
-from hdcfl_ray.models.small_cnn import SmallCNN
 
 logger = logging.getLogger(__name__)
 
@@ -55,20 +54,6 @@ class SplitModel:
         self.encoder.to(device)
         self.head.to(device)
         return self
-
-
-def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
-    """A freshly initialised encoder (draws from the global torch RNG); has a `feature_dim` attribute."""
-    if config.encoder == "small_cnn":
-        return SmallCNN(in_channels, width=config.width, feature_dim=config.feature_dim)
-    if config.encoder == "resnet18_cifar":
-        return ResNet18Cifar(in_channels)
-    if config.encoder == "mobilenet_v2":
-        # imported on use: torchvision adds a second to every actor's start
-        from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
-
-        return MobileNetV2Cifar(in_channels)
-    raise ValueError(f"unknown encoder {config.encoder!r}")
 
 
 def build_split_model(config: ModelConfig, in_channels: int, num_classes: int, seed: int) -> SplitModel:

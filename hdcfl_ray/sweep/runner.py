@@ -14,8 +14,8 @@ from typing import Callable
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources import load_dataset
-from hdcfl_ray.runtime.ray_session import RaySession
-from hdcfl_ray.runtime.simulation import prepare_run, run_simulation
+from hdcfl_ray.runtime.backends.ray_session import RaySession
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.sweep.changes import SettingsChangedError, changed_runs, move_aside, settings_changed_message
 from hdcfl_ray.sweep.grid import SweepRun
 from hdcfl_ray.sweep.index import is_unstarted, run_status, write_index

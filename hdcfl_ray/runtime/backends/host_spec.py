@@ -1,4 +1,6 @@
-"""How to (re)build a client host actor (torch-free until a host is spawned)."""
+"""How to (re)build a client host actor: the Ray backend spawns each host from a
+`HostSpec`, and the server's host pool keeps it to replace a host that dies.
+Torch-free until a host is spawned: the spec travels to the server actor."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ class HostSpec:
     def spawn(self, host_index: int, attempt: int = 0) -> Any:
         # Imported here: this spec travels to the server actor, which must not load torch
         # unless it has to replace a host.
-        from hdcfl_ray.runtime.actors import ClientHostActor
+        from hdcfl_ray.runtime.backends.actors import ClientHostActor
 
         name = f"{self.name_prefix}-{host_index}" + (f"-r{attempt}" if attempt else "")
         return ClientHostActor.options(**self.options, name=name).remote(

@@ -5,7 +5,10 @@ vector; its virtual finish time follows from its profile and work. Updates are
 applied in virtual-finish order (ties by client id), whatever order Ray
 finishes them in, so an asynchronous run is reproducible while the training
 itself runs in parallel. A "round" of the logs is one server version: one
-applied update (FedAsync) or one flushed buffer of B updates (FedBuff).
+applied update (FedAsync) or one flushed buffer of B updates (FedBuff), ended
+in `round_tail` like a synchronous round. `AsyncFederatedServer` extends the
+synchronous server (its broadcast, host pool, evaluation and checkpoints);
+`AsyncServerActor` (runtime/backends/actors.py) is the Ray actor around it.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
 from hdcfl_ray.contract import RoundNotes, Upload
-from hdcfl_ray.runtime.host_pool import TrainingHandle
-from hdcfl_ray.runtime.messages import UploadMeta
-from hdcfl_ray.runtime.sampling import available_clients
-from hdcfl_ray.runtime.server import FederatedServer, RoundReport, UpdateTiming
+from hdcfl_ray.runtime.server.host_pool import TrainingHandle
+from hdcfl_ray.runtime.server.messages import UploadMeta
+from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
+from hdcfl_ray.runtime.server.sampling import available_clients
+from hdcfl_ray.runtime.server.sync_server import FederatedServer
 
 
 @dataclass
@@ -117,14 +121,10 @@ class AsyncFederatedServer(FederatedServer):
             meta, flight.handle = self.pool.result(flight.handle)
             uploads_meta.append(meta)
             staleness = self.version - flight.base_version
-            if not meta.accepted:
+            upload = accepted_upload(meta, flight.handle, self.transport, events, not_taken="not applied")
+            if upload is None:
                 status = "rejected_nonfinite"
-                events.append(f"client {client_id}: update rejected (NaN/Inf); not applied")
             else:
-                upload = Upload(
-                    client_id, meta.num_samples, meta.train_loss, meta.steps,
-                    models=self.transport.get(flight.handle.models_ref), values=meta.values, models_ref=flight.handle.models_ref,
-                )
                 self.algorithm.async_record(self.state, self.version, upload)
                 if config.aggregation == "fedasync":
                     mixed = fedasync_mix(
@@ -152,21 +152,10 @@ class AsyncFederatedServer(FederatedServer):
             aggregate_seconds = time.perf_counter() - refresh_started
             notes_events = list(notes.events)
             refresh = notes.refresh
-        final = round_index == self.rounds
-        evaluated = round_index % self.settings.protocol.eval_every == 0 or final or refresh is not None
-        eval_reports = self._evaluate(round_index, final) if evaluated else []
-        events += self.pool.take_events()
-        return RoundReport(
-            round_index=round_index,
-            selected=[t.client_id for t in timings],
-            uploads=uploads_meta,
-            eval_reports=eval_reports,
-            notes=RoundNotes(refresh=refresh, events=tuple(notes_events)),
-            server_seconds=time.perf_counter() - started,
-            events=events + notes_events,
-            timings=timings,
-            virtual_time=self.virtual_time,
-            aggregate_seconds=aggregate_seconds,
+        return close_round(
+            self, round_index, started, selected=[t.client_id for t in timings], uploads=uploads_meta,
+            notes=RoundNotes(refresh=refresh, events=tuple(notes_events)), events=events, timings=timings,
+            aggregate_seconds=aggregate_seconds, late_events=notes_events,
         )
 
     def _flush_buffer(self, config: Any) -> None:

@@ -1,6 +1,15 @@
-"""Run a scenario's rounds in this process, with no Ray: one plain ClientHost
-owning every client and the same FederatedServer round logic. For algorithm
-tests and debugging; `simulation.run_simulation` is the real runtime."""
+"""The local backend's in-process host: one plain `ClientHost` owning every client,
+and the run's server (synchronous or asynchronous) reaching it by direct calls
+through `InProcessTransport`, all inside this process, with no Ray.
+
+`in_process_run` builds a run's server and host: the local backend
+(`local_backend.LocalBackend`, what `runtime.backend: local` and most laptop runs
+use) runs every round through it, and method tests run rounds through it
+directly. `local_host` builds the host alone, for work that needs clients but no
+server: `hdcfl-ray ablate` replays saved refreshes through it, and
+`hdcfl-ray diagnose donor-swap` scores encoders through it (one per Ray task when
+spread over workers).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +17,20 @@ from dataclasses import dataclass
 
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.contract import Method, ModelParams
-from hdcfl_ray.runtime.async_server import AsyncFederatedServer
-from hdcfl_ray.runtime.client_host import ClientHost
+from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
-from hdcfl_ray.runtime.server import FederatedServer, RoundReport, build_server_settings
-from hdcfl_ray.runtime.transport import InProcessTransport
+from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
+from hdcfl_ray.runtime.server.round_tail import RoundReport
+from hdcfl_ray.runtime.server.settings import build_server_settings
+from hdcfl_ray.runtime.server.sync_server import FederatedServer
+from hdcfl_ray.runtime.server.transport import InProcessTransport
 
 
 @dataclass
 class InProcessRun:
+    """A run's server and its one host; the local backend calls the server's methods,
+    tests step through rounds with `run_round` and `run_all`."""
+
     server: FederatedServer
     host: ClientHost
     algorithm: Method
@@ -29,7 +43,8 @@ class InProcessRun:
 
 
 def local_host(prepared, algorithm: Method | None = None, initial: ModelParams | None = None) -> ClientHost:
-    """One plain ClientHost owning every client of a `simulation.PreparedRun`."""
+    """One plain ClientHost owning every client of a `driver.PreparedRun` (built with
+    the run's method and initial weights unless given)."""
     scenario, dataset = prepared.scenario, prepared.dataset
     return ClientHost(
         scenario,
@@ -45,7 +60,8 @@ def local_host(prepared, algorithm: Method | None = None, initial: ModelParams |
 
 
 def in_process_run(prepared, algorithm: Method | None = None) -> InProcessRun:
-    """`prepared` is a `simulation.PreparedRun`."""
+    """The server of a `driver.PreparedRun` (asynchronous if its protocol says so)
+    and its one host, ready for round 1."""
     scenario = prepared.scenario
     dataset = prepared.dataset
     algorithm = algorithm or build_algorithm(scenario)

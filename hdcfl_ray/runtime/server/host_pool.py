@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from hdcfl_ray.contract import ClientTask
-from hdcfl_ray.runtime.messages import INITIAL_STATE, UploadMeta
-from hdcfl_ray.runtime.transport import Transport
+from hdcfl_ray.runtime.server.messages import INITIAL_STATE, UploadMeta
+from hdcfl_ray.runtime.server.transport import Transport
 
 MAX_RETRIES = 10
 RESTART_WAIT_S = 300.0
@@ -45,7 +45,7 @@ class HostPool:
         self, hosts: list, client_hosts: dict[int, int], transport: Transport, spawner: Any = None, max_replacements: int = 0
     ) -> None:
         self.hosts = list(hosts)
-        self.spawner = spawner  # builds host i anew (runtime.actors.HostSpec); None in-process
+        self.spawner = spawner  # builds host i anew (runtime.backends.host_spec.HostSpec); None in-process
         self.max_replacements = max_replacements
         self.replacements = 0
         self.client_hosts = client_hosts

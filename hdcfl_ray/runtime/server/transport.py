@@ -1,5 +1,6 @@
-"""How the server reaches client hosts: through Ray actors, or by direct calls on
-plain `ClientHost` objects (the same round logic, no Ray, for tests and debugging)."""
+"""How the server reaches client hosts: `RayTransport` through Ray actors and the
+object store, `InProcessTransport` by direct calls on plain `ClientHost` objects
+(the local backend and tests: the same round logic, no Ray)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 It holds each client's private state (its head and whatever else the algorithm
 keeps per client; persistent across rounds, never sent to another client), its
 data indices and its transform, and runs the algorithm's client hooks through a
-`HostClientContext`. `ClientHostActor` (runtime/actors.py) is the Ray actor around it.
+`HostClientContext`. `ClientHostActor` (runtime/backends/actors.py) is the Ray actor around it.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import numpy as np
 
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.contract import ClientTask, Method, ModelParams
-from hdcfl_ray.runtime.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
+from hdcfl_ray.runtime.server.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
 
 if TYPE_CHECKING:
     import torch
 
     from hdcfl_ray.data.partitions.client_data import ClientData
     from hdcfl_ray.models import SplitModel
-    from hdcfl_ray.runtime.client_context import HostClientContext
+    from hdcfl_ray.runtime.client.client_context import HostClientContext
 
 # torch and everything built on it are imported inside the methods: Ray imports this
 # module in every process that holds a host's actor handle (the server actor too),
@@ -78,7 +78,7 @@ class ClientHost:
         import torch
 
         from hdcfl_ray.models import FlatIndex, build_split_model
-        from hdcfl_ray.runtime.tensor_cache import TensorCache
+        from hdcfl_ray.runtime.client.tensor_cache import TensorCache
 
         torch.set_num_threads(torch_threads_per_host(scenario.runtime))
         self.scenario = scenario
@@ -154,8 +154,8 @@ class ClientHost:
 
     def context(self, client_id: int, round_index: int) -> HostClientContext:
         from hdcfl_ray.data.transforms import rotate_uint8
-        from hdcfl_ray.runtime.client_context import HostClientContext
-        from hdcfl_ray.runtime.local_training import client_generator
+        from hdcfl_ray.runtime.client.client_context import HostClientContext
+        from hdcfl_ray.runtime.client.local_training import client_generator
 
         client = self.clients[client_id]
         return HostClientContext(

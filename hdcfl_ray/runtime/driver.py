@@ -1,5 +1,7 @@
-"""The driver side of a run: prepare data (before Ray), start actors, loop over
-rounds, write the run directory, report progress to an observer."""
+"""The driver side of a run: prepare it (every check of the user's input, before a
+run directory exists or Ray starts), start its backend, loop over the rounds,
+write the run directory and its checkpoints, resume one, and report progress to
+an observer."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import numpy as np
 from hdcfl_ray.algorithms.registry import method_names, supports_async
@@ -27,7 +29,11 @@ from hdcfl_ray.logs.round_rows import RoundRowBuilder
 from hdcfl_ray.checkpoint.store import CheckpointSearch, find_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
-from hdcfl_ray.runtime.backends import LocalBackend, RayBackend, choose_backend
+from hdcfl_ray.runtime.backends.choice import choose_backend
+from hdcfl_ray.runtime.backends.local_backend import LocalBackend
+
+if TYPE_CHECKING:
+    from hdcfl_ray.runtime.backends.ray_backend import RayBackend
 
 
 class RunObserver(Protocol):
@@ -64,7 +70,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     from hdcfl_ray.config.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.data.partitions.checks import test_size_notices
     from hdcfl_ray.models.pretrained import check_pretrained
-    from hdcfl_ray.runtime.virtual_clock import check_trace
+    from hdcfl_ray.runtime.server.virtual_clock import check_trace
 
     notices = check_runtime(scenario.runtime, scenario.partition.num_clients)
     if dataset is None:
@@ -175,8 +181,10 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
         with _new_run_dir(scenario, run_dir, resume):
             summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
     else:
-        from hdcfl_ray.runtime.placement import count_hosts
-        from hdcfl_ray.runtime.ray_session import RaySession  # Ray is imported only for a Ray run
+        # Ray is imported only for a Ray run
+        from hdcfl_ray.runtime.backends.placement import count_hosts
+        from hdcfl_ray.runtime.backends.ray_backend import RayBackend
+        from hdcfl_ray.runtime.backends.ray_session import RaySession
 
         with RaySession(scenario.runtime) as session:
             # a joined cluster can be measured only now, still before the run directory exists

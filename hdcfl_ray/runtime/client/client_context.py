@@ -16,7 +16,7 @@ from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
-from hdcfl_ray.runtime.local_training import evaluate, restricted_predictions, train_locally
+from hdcfl_ray.runtime.client.local_training import evaluate, restricted_predictions, train_locally
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
 # extra loss term added to each batch's cross-entropy (e.g. a proximal pull)

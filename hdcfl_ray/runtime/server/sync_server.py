@@ -1,77 +1,27 @@
-"""The server: runs one synchronous round at a time through the algorithm's hooks.
+"""The synchronous server: runs one round at a time through the method's hooks.
 
-It puts each broadcast object (the global encoder, prototypes, cluster models)
-in the object store once per round and sends ObjectRefs; collects the clients'
-updates as they finish and hands them to the algorithm in client-id order, so a
-run is reproducible whatever the arrival order; rejects updates holding NaN/Inf.
-`FederatedServer` is a plain object; `ServerActor` (runtime/actors.py) is the
-Ray actor around it. It imports no torch.
+It picks the round's clients (`sampling`, on the virtual clock), puts each
+broadcast object (the global encoder, prototypes, cluster models) in the object
+store once per round and sends ObjectRefs, collects the clients' updates as they
+finish and hands them to the method in client-id order, so a run is reproducible
+whatever the arrival order; updates holding NaN/Inf are left out. The round ends
+in `round_tail`, shared with the asynchronous server. `FederatedServer` is a
+plain object; `ServerActor` (runtime/backends/actors.py) is the Ray actor around
+it. It imports no torch.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from hdcfl_ray.config.schema import ProtocolConfig
-from hdcfl_ray.contract import ClientTask, Method, ModelParams, RoundNotes, Upload
-from hdcfl_ray.runtime.host_pool import HostPool
-from hdcfl_ray.runtime.messages import ClientJob, EvalReport, UploadMeta
-from hdcfl_ray.runtime.sampling import available_clients, plan_round, select_clients, selection_size
-from hdcfl_ray.runtime.transport import RayTransport, Transport
-from hdcfl_ray.runtime.virtual_clock import ClientProfile
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    num_clients: int
-    clients_per_round: int
-    seed: int
-    protocol: ProtocolConfig
-    client_train_sizes: tuple[int, ...]
-    profiles: tuple[ClientProfile, ...]
-
-    @property
-    def rounds(self) -> int:
-        return self.protocol.rounds
-
-
-def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
-    """From a Scenario and a Partition (typed loosely: the server imports no data code)."""
-    from hdcfl_ray.runtime.virtual_clock import client_profiles
-
-    return ServerSettings(
-        num_clients=partition.num_clients,
-        clients_per_round=scenario.clients_per_round(),
-        seed=scenario.seed,
-        protocol=scenario.protocol,
-        client_train_sizes=tuple(client.num_train for client in partition.clients),
-        profiles=tuple(client_profiles(scenario.protocol.system, partition.num_clients, scenario.seed)),
-    )
-
-
-@dataclass(frozen=True)
-class UpdateTiming:
-    client_id: int
-    status: str  # applied | rejected_nonfinite | dropped_late
-    virtual_start: float
-    virtual_finish: float
-    staleness: int
-
-
-@dataclass(frozen=True)
-class RoundReport:
-    round_index: int
-    selected: list[int]
-    uploads: list[UploadMeta]  # client-id order, accepted and rejected
-    eval_reports: list[EvalReport]
-    notes: RoundNotes
-    server_seconds: float
-    events: list[str] = field(default_factory=list)
-    timings: list[UpdateTiming] = field(default_factory=list)
-    virtual_time: float = 0.0  # virtual clock at the end of the round
-    aggregate_seconds: float = 0.0  # server-side aggregation, an HDC-FL refresh included
+from hdcfl_ray.contract import ClientTask, Method, ModelParams, Upload
+from hdcfl_ray.runtime.server.host_pool import HostPool
+from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, UploadMeta
+from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
+from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, select_clients, selection_size
+from hdcfl_ray.runtime.server.settings import ServerSettings
+from hdcfl_ray.runtime.server.transport import RayTransport, Transport
 
 
 class FederatedServer:
@@ -186,25 +136,12 @@ class FederatedServer:
         # Results are taken as they finish; the order they are applied in is fixed below.
         finished = self.pool.train_all(handles)
         metas: dict[int, UploadMeta] = {k: meta for k, (meta, _) in finished.items()}
-        models_refs = {k: handle.models_ref for k, (_, handle) in finished.items()}
 
         uploads: list[Upload] = []
-        for client_id in sorted(metas):
-            meta = metas[client_id]
-            if not meta.accepted:
-                events.append(f"client {client_id}: update rejected (NaN/Inf); not aggregated")
-                continue
-            uploads.append(
-                Upload(
-                    client_id=client_id,
-                    num_samples=meta.num_samples,
-                    train_loss=meta.train_loss,
-                    steps=meta.steps,
-                    models=self.transport.get(models_refs[client_id]),
-                    values=meta.values,
-                    models_ref=models_refs[client_id],
-                )
-            )
+        for client_id in sorted(finished):
+            upload = accepted_upload(*finished[client_id], self.transport, events, not_taken="not aggregated")
+            if upload is not None:
+                uploads.append(upload)
         aggregate_started = time.perf_counter()
         notes = self.algorithm.aggregate(self.state, round_index, uploads)
         aggregate_seconds = time.perf_counter() - aggregate_started
@@ -220,25 +157,13 @@ class FederatedServer:
             )
             for k in selected
         ]
-
-        final = round_index == self.rounds
-        evaluated = round_index % protocol.eval_every == 0 or final or notes.refresh is not None
-        eval_reports = self._evaluate(round_index, final) if evaluated else []
-        events += self.pool.take_events()
-        return RoundReport(
-            round_index=round_index,
-            selected=selected,
-            uploads=[metas[k] for k in sorted(metas)],
-            eval_reports=eval_reports,
-            notes=notes,
-            server_seconds=time.perf_counter() - started,
-            events=events,
-            timings=timings,
-            virtual_time=self.virtual_time,
-            aggregate_seconds=aggregate_seconds,
+        return close_round(
+            self, round_index, started, selected=selected, uploads=[metas[k] for k in sorted(metas)], notes=notes,
+            events=events, timings=timings, aggregate_seconds=aggregate_seconds,
         )
 
-    def _evaluate(self, round_index: int, final: bool) -> list[EvalReport]:
+    def evaluate_clients(self, round_index: int, final: bool) -> list[EvalReport]:
+        """Every client's evaluation, in client-id order (`close_round` decides when)."""
         object_refs = self._put_broadcast(round_index)
         tasks = {k: self.algorithm.evaluation_task(self.state, round_index, k, final) for k in range(self.num_clients)}
         calls = {}

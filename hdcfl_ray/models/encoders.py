@@ -1,0 +1,26 @@
+"""The encoders a scenario can name (`model.encoder`), built freshly initialised.
+
+The split model, the check of a `model.pretrained` file and the model-memory check build theirs here.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
+from hdcfl_ray.models.small_cnn import SmallCNN
+
+
+def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
+    """A freshly initialised encoder (draws from the global torch RNG); has a `feature_dim` attribute."""
+    if config.encoder == "small_cnn":
+        return SmallCNN(in_channels, width=config.width, feature_dim=config.feature_dim)
+    if config.encoder == "resnet18_cifar":
+        return ResNet18Cifar(in_channels)
+    if config.encoder == "mobilenet_v2":
+        # imported on use: torchvision adds a second to every actor's start
+        from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
+
+        return MobileNetV2Cifar(in_channels)
+    raise ValueError(f"unknown encoder {config.encoder!r}")

@@ -1,0 +1,124 @@
+"""The Ray backend: client host actors packed with logical clients and a server actor
+on the cluster a `RaySession` is joined to.
+
+It puts the dataset in the object store once, starts the hosts (each from a
+`HostSpec`, which the server keeps to replace a host that dies) and the server
+actor, and forwards the driver's calls to the server. Imported only for a Ray run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import ray
+
+from hdcfl_ray.config.methods import build_algorithm
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import Method, ModelParams
+from hdcfl_ray.runtime.backends.actors import AsyncServerActor, ServerActor
+from hdcfl_ray.runtime.backends.choice import Backend
+from hdcfl_ray.runtime.backends.host_spec import HostSpec
+from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
+from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
+from hdcfl_ray.runtime.server.messages import StoreRef
+from hdcfl_ray.runtime.server.settings import ServerSettings, build_server_settings
+
+
+class RayBackend:
+    """Client host actors and a server actor on the Ray cluster `session` is joined to."""
+
+    name: Backend = "ray"
+
+    def __init__(self, prepared: Any, session: Any) -> None:
+        scenario = prepared.scenario
+        self.host_runtime = scenario.runtime
+        self.session = session
+        num_clients = prepared.partition.num_clients
+        self.num_hosts = count_hosts(scenario.runtime, num_clients, session.cpus, session.gpus)
+        session.check_capacity(self.num_hosts)
+        self.client_hosts = assign_clients(num_clients, self.num_hosts)
+        algorithm = build_algorithm(scenario)
+        initial = initial_parameters(scenario, prepared.dataset)
+        independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
+        self.hosts, self._host_spec = start_hosts(prepared, self.client_hosts, self.num_hosts, algorithm, initial)
+        self.server = start_server(
+            build_server_settings(scenario, prepared.partition), algorithm, self.hosts, self.client_hosts, initial, independent,
+            self._host_spec, scenario.runtime.max_restarts,
+        )
+        wait_until_ready(self.hosts, self.server)
+        self.fetch = ray.get
+        self.put = ray.put
+
+    def call(self, method: str, *args: Any) -> Any:
+        return ray.get(getattr(self.server, method).remote(*args))
+
+    def host_names(self) -> list[str]:
+        return ray.get([host.actor_name.remote() for host in self.hosts])
+
+    def host_nodes(self) -> list[str | None]:
+        return ray.get([host.node_id.remote() for host in self.hosts])
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": torch_threads_per_host(self.host_runtime)}
+
+    def close(self) -> None:
+        try:
+            replacements = ray.get(self.server.host_handles.remote())
+        except Exception:  # the server is gone: kill what we know of
+            replacements = []
+        for actor in [self.server, *replacements, *self.hosts]:
+            ray.kill(actor)
+        self._host_spec = None
+
+
+def start_hosts(
+    prepared,  # PreparedRun; untyped here to avoid an import cycle
+    client_hosts: dict[int, int],
+    num_hosts: int,
+    algorithm: Method,
+    initial: ModelParams,
+) -> tuple[list, HostSpec]:
+    scenario: Scenario = prepared.scenario
+    dataset = prepared.dataset
+    # One copy of every array in the object store; hosts on a node read it without copies.
+    arrays = [StoreRef(ray.put(a)) for a in (dataset.train_images, dataset.train_labels, dataset.test_images, dataset.test_labels)]
+    clients_of_host: dict[int, list] = {host: [] for host in range(num_hosts)}
+    for client in prepared.partition.clients:
+        clients_of_host[client_hosts[client.client_id]].append(client)
+    spec = HostSpec(
+        # A dead host is replaced by the server (runtime.max_restarts times), not restarted by Ray.
+        options={"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor},
+        name_prefix=f"hdcfl-host-{uuid.uuid4().hex[:8]}",
+        shared_args=(scenario, algorithm, *arrays),
+        clients_of_host=tuple(StoreRef(ray.put(clients_of_host[h])) for h in range(num_hosts)),
+        initial=StoreRef(ray.put(initial)),
+        num_classes=dataset.num_classes,
+    )
+    hosts = [spec.spawn(host_index) for host_index in range(num_hosts)]
+    # Not awaited here: the server actor starts while the hosts load torch (see wait_until_ready).
+    # The caller keeps `spec` (and so the data) alive for the whole run.
+    return hosts, spec
+
+
+def wait_until_ready(hosts: list, server) -> None:
+    """Block until every actor is constructed, so construction errors surface before round 1."""
+    ray.get([host.client_ids.remote() for host in hosts] + [server.host_handles.remote()])
+
+
+def start_server(
+    settings: ServerSettings,
+    algorithm: Method,
+    hosts: list,
+    client_hosts: dict[int, int],
+    initial: ModelParams,
+    independent: list[ModelParams],
+    host_spec: HostSpec,
+    max_replacements: int,
+):
+    # The server mostly waits on clients; it takes no CPU slot away from them.
+    actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
+    return actor_class.options(num_cpus=0).remote(
+        algorithm, hosts, client_hosts, initial, independent, settings, host_spawner=host_spec, max_replacements=max_replacements
+    )

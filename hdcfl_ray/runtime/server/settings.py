@@ -1,0 +1,36 @@
+"""What a server is built with: the protocol, the client count and sizes, and each
+client's profile on the virtual clock, taken from a scenario and its partition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hdcfl_ray.config.schema import ProtocolConfig
+from hdcfl_ray.runtime.server.virtual_clock import ClientProfile, client_profiles
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    num_clients: int
+    clients_per_round: int
+    seed: int
+    protocol: ProtocolConfig
+    client_train_sizes: tuple[int, ...]
+    profiles: tuple[ClientProfile, ...]
+
+    @property
+    def rounds(self) -> int:
+        return self.protocol.rounds
+
+
+def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
+    """From a Scenario and a Partition (typed loosely: the server imports no data code)."""
+    return ServerSettings(
+        num_clients=partition.num_clients,
+        clients_per_round=scenario.clients_per_round(),
+        seed=scenario.seed,
+        protocol=scenario.protocol,
+        client_train_sizes=tuple(client.num_train for client in partition.clients),
+        profiles=tuple(client_profiles(scenario.protocol.system, partition.num_clients, scenario.seed)),
+    )
