@@ -1,0 +1,104 @@
+"""The code's layers: the method contract imports neither torch nor Ray, nothing
+imports in a circle, and every method types its hooks and declares itself."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from hdcfl_ray.algorithms.registry import build_method, method_names, method_specs
+from hdcfl_ray.config.loading import build_scenario
+from hdcfl_ray.contract import ASYNC_HOOKS, RunInfo
+from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.runtime.driver import prepare_run
+from tests.conftest import tiny_scenario
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hdcfl_ray"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> nx.DiGraph:
+    """Every import between product modules: module level, inside functions and under TYPE_CHECKING."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            graph.add_edges_from((name, target) for target in targets if target in modules and target != name)
+    return graph
+
+
+def test_no_product_module_imports_in_a_circle() -> None:
+    cycles = [" -> ".join(cycle) for cycle in nx.simple_cycles(import_graph())]
+    assert cycles == []
+
+
+def test_the_contract_imports_only_itself_and_its_section_base() -> None:
+    graph = import_graph()
+    contract = [name for name in graph if name.startswith("hdcfl_ray.contract")]
+    outside = {target for name in contract for target in graph.successors(name) if not target.startswith("hdcfl_ray.contract")}
+    assert outside <= {"hdcfl_ray.models.flat"}  # an annotation only (TYPE_CHECKING)
+
+
+def test_importing_the_contract_and_every_method_loads_neither_torch_nor_ray() -> None:
+    probe = "import sys, hdcfl_ray.contract, hdcfl_ray.algorithms.registry as r; r.method_specs(); print(sorted({'torch', 'ray'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_no_method_hook_takes_an_untyped_context() -> None:
+    untyped = []
+    for path in (PACKAGE / "algorithms").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for argument in node.args.args:
+                    if argument.arg == "ctx" and (argument.annotation is None or ast.unparse(argument.annotation) in {"Any", "'Any'"}):
+                        untyped.append(f"{path.name}:{node.name}")
+    assert untyped == []
+
+
+def test_every_method_declares_a_described_parameter_section() -> None:
+    for name, spec in method_specs().items():
+        assert spec.summary, name
+        undescribed = [key for key, field in spec.params.model_fields.items() if not (field.description or "").strip()]
+        assert undescribed == [], f"{name}: describe {undescribed}"
+
+
+def test_a_method_declared_asynchronous_has_every_async_hook() -> None:
+    for name, spec in method_specs().items():
+        method = build_method(name, None, RunInfo(seed=0, rounds=2))
+        has_hooks = all(callable(getattr(method, hook, None)) for hook in ASYNC_HOOKS)
+        assert has_hooks or not spec.asynchronous, name
+
+
+def test_async_mode_is_refused_for_a_method_that_does_not_declare_it() -> None:
+    """Inherited hooks do not make a method asynchronous: only its declaration does."""
+    synchronous = [name for name, spec in method_specs().items() if not spec.asynchronous]
+    scenario = build_scenario(tiny_scenario(algorithm={"name": synchronous[0]}, protocol={"mode": "async"}))
+    with pytest.raises(ScenarioError, match="works with .*synchronous rounds only"):
+        prepare_run(scenario)
+
+
+def test_an_unknown_method_name_lists_every_method() -> None:
+    with pytest.raises(ScenarioError) as error:
+        build_scenario(tiny_scenario(algorithm={"name": "nosuch"}))
+    for name in method_names():
+        assert f"'{name}'" in str(error.value)
