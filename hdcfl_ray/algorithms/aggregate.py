@@ -8,9 +8,39 @@ in the same client order, so with full participation they agree bit for bit
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar, overload
 
 import numpy as np
+
+Item = TypeVar("Item")
+
+
+class LazyColumn(Sequence[np.ndarray]):
+    """One array per item, read only when indexed and not kept.
+
+    `weighted_average(LazyColumn(uploads, lambda u: u.models["model"].encoder), w)`
+    reads one upload at a time: on Ray each upload stays in the object store
+    (which spills to disk past its cap) until the fold reaches it, so the server
+    never holds a round's uploads at once (streaming aggregation, docs/benchmarks.md).
+    A list comprehension over the same uploads would hold all of them."""
+
+    def __init__(self, items: Sequence[Item], read: Callable[[Item], np.ndarray]) -> None:
+        self._items = items
+        self._read = read
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> "LazyColumn": ...
+
+    def __getitem__(self, index: int | slice) -> "np.ndarray | LazyColumn":
+        if isinstance(index, slice):
+            return LazyColumn(self._items[index], self._read)
+        return self._read(self._items[index])
 
 
 def weighted_average(vectors: Sequence[np.ndarray] | np.ndarray, weights: Sequence[float]) -> np.ndarray:

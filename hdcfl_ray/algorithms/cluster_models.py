@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.contract import ClientContext, ModelParams, Upload
 
 # Key under which a clustered method's client uploads its trained full model.
@@ -23,11 +23,19 @@ UPLOADED_MODEL = "model"
 
 @dataclass(frozen=True)
 class ClusterMember:
-    """One trained full model that belongs to cluster `cluster`, with its weight."""
+    """One upload's trained full model, which belongs to cluster `cluster`; the
+    model is read from the upload when used (never held for a whole round)."""
 
     cluster: int
-    model: ModelParams
-    num_samples: int
+    upload: Upload
+
+    @property
+    def num_samples(self) -> int:
+        return self.upload.num_samples
+
+    @property
+    def model(self) -> ModelParams:
+        return self.upload.models[UPLOADED_MODEL]
 
 
 def cluster_object_name(cluster: int) -> str:
@@ -61,7 +69,7 @@ def members_from_uploads(uploads: Sequence[Upload], cluster_of: Callable[[Upload
     """Uploads (each carrying its full model under UPLOADED_MODEL) as cluster
     members, in client-id order so the averages are reproducible."""
     ordered = sorted(uploads, key=lambda upload: upload.client_id)
-    return [ClusterMember(int(cluster_of(u)), u.models[UPLOADED_MODEL], u.num_samples) for u in ordered]
+    return [ClusterMember(int(cluster_of(u)), u) for u in ordered]
 
 
 def cluster_sizes(clusters: Sequence[int], count: int) -> list[int]:
@@ -84,8 +92,8 @@ def average_within_clusters(models: Sequence[ModelParams], members: Sequence[Clu
             continue
         weights = [member.num_samples for member in own]
         updated[cluster] = ModelParams(
-            encoder=weighted_average([member.model.encoder for member in own], weights),
-            head=weighted_average([member.model.head for member in own], weights),
+            encoder=weighted_average(LazyColumn(own, lambda member: member.model.encoder), weights),
+            head=weighted_average(LazyColumn(own, lambda member: member.model.head), weights),
         )
     return updated
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.shared_encoder_scores import shared_encoder_scores
@@ -73,7 +73,7 @@ class FedAvgSE(AlgorithmDefaults):
         if not uploads:
             return RoundNotes()
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
-        state.global_encoder = weighted_average([u.models["encoder"] for u in ordered], [u.num_samples for u in ordered])
+        state.global_encoder = weighted_average(LazyColumn(ordered, lambda u: u.models["encoder"]), [u.num_samples for u in ordered])
         for upload in ordered:
             self.async_record(state, round_index, upload)
         return RoundNotes()

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, OptimizerConfig, RoundNotes, RunInfo, Section, Upload
 
@@ -81,7 +81,7 @@ class FedBABU(AlgorithmDefaults):
         if not uploads:
             return RoundNotes(events=events)
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
-        state.global_encoder = weighted_average([u.models["encoder"] for u in ordered], [u.num_samples for u in ordered])
+        state.global_encoder = weighted_average(LazyColumn(ordered, lambda u: u.models["encoder"]), [u.num_samples for u in ordered])
         return RoundNotes(events=events)
 
     def evaluation_task(self, state: FedBABUState, round_index: int, client_id: int, final: bool) -> ClientTask:

@@ -61,7 +61,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
@@ -158,8 +158,8 @@ def aggregate_components(components: list[ModelParams], uploads: list[Upload]) -
             continue
         updated.append(
             ModelParams(
-                encoder=weighted_average([u.models[name].encoder for u in contributors], weights),
-                head=weighted_average([u.models[name].head for u in contributors], weights),
+                encoder=weighted_average(LazyColumn(contributors, lambda u: u.models[name].encoder), weights),
+                head=weighted_average(LazyColumn(contributors, lambda u: u.models[name].head), weights),
             )
         )
     return updated, masses

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
@@ -167,22 +167,22 @@ class FedSoft(AlgorithmDefaults):
         return ClientTask(models=self.centre_names(), payload={"importance": state.importance[client_id].copy()})
 
     def aggregate(self, state: FedSoftState, round_index: int, uploads: list[Upload]) -> RoundNotes:
-        models = {upload.client_id: upload.models["model"] for upload in uploads}
+        by_client = {upload.client_id: upload for upload in uploads}
         events = []
         for s in range(self.params.centers):
             if state.selections is not None:
-                members = [int(k) for k in state.selections[s] if int(k) in models]
+                members = [int(k) for k in state.selections[s] if int(k) in by_client]
                 weights = [1.0] * len(members)  # importance already entered through the draw
                 events.append(f"fedsoft: centre {s} selected {state.selections[s].tolist()}, averaged {len(members)}")
             else:
-                members = [k for k in sorted(models) if state.weights[s, k] > 0]
+                members = [k for k in sorted(by_client) if state.weights[s, k] > 0]
                 weights = [float(state.weights[s, k]) for k in members]
             if not members:
                 events.append(f"fedsoft: centre {s} has no contributing upload this round; unchanged")
                 continue
             state.centres[s] = ModelParams(
-                encoder=weighted_average([models[k].encoder for k in members], weights),
-                head=weighted_average([models[k].head for k in members], weights),
+                encoder=weighted_average(LazyColumn(members, lambda k: by_client[k].models["model"].encoder), weights),
+                head=weighted_average(LazyColumn(members, lambda k: by_client[k].models["model"].head), weights),
             )
         return RoundNotes(events=tuple(events))
 

@@ -224,6 +224,21 @@ class RuntimeConfig(Section):
         0.0, ge=0.0, description="GPUs per client host actor; fractions allowed: 0.25 packs four actors per GPU"
     )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a private Ray instance; null = all cores")
+    torch_threads: int | Literal["auto"] = Field(
+        "auto",
+        description="torch threads per client host (the local backend's one host too); auto = num_cpus_per_actor, "
+        "at least 1. Bits match only between runs with the same count",
+    )
+    channels_last: bool = Field(
+        False,
+        description="convolutional encoders and their inputs in NHWC memory layout (faster convolutions on CPU; "
+        "other bits than the default layout)",
+    )
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = Field(
+        "fp32",
+        description="local training's arithmetic: fp32 (bit-stable default); bf16 or fp16 (CUDA only) autocast with "
+        "float32 weights and aggregation; auto = bf16 where the CPU/GPU runs it natively, else fp32",
+    )
     # the replaced actor's clients' states come from the server, so results do not change
     max_restarts: int = Field(
         3, ge=0, description="a dead client host actor is replaced at most this many times; nothing is lost"
@@ -234,6 +249,13 @@ class RuntimeConfig(Section):
     dashboard_host: str = Field(
         "127.0.0.1", description="a private Ray serves the dashboard on loopback only (other addresses are refused)"
     )
+
+    @field_validator("torch_threads")
+    @classmethod
+    def _positive_threads(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("use an integer >= 1 or 'auto'")
+        return value
 
     @field_validator("clients_per_actor")
     @classmethod

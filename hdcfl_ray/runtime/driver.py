@@ -255,6 +255,8 @@ def _run_rounds(
         num_client_hosts=backend.num_hosts,
         client_host_actors=backend.host_names(),
         client_host_nodes=backend.host_nodes(),
+        # per host: device, runtime.precision as resolved there (auto -> bf16/fp32), torch threads
+        client_host_hardware=backend.host_hardware(),
         encoder_parameters=int(backend.call("encoder_size")),
     )
     if observer is not None:

@@ -1,6 +1,6 @@
 """The local backend: the server object and one client host owning every client,
-inside the driver process, through `local_host`. No Ray is imported; torch trains
-on every CPU the run may use through its own threads."""
+inside the driver process, through `local_host`. No Ray is imported; the host
+trains with `runtime.torch_threads` torch threads, like one Ray host."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ class LocalBackend:
         from hdcfl_ray.runtime.backends.local_host import in_process_run  # on use: it loads torch and the methods
 
         scenario = prepared.scenario
-        # The one host gets every CPU the run may use as torch threads.
-        threads = local_cpus(scenario.runtime)
-        scenario = scenario.model_copy(update={"runtime": scenario.runtime.model_copy(update={"num_cpus_per_actor": threads})})
-        self.threads = threads
+        # The one host trains with a host's thread count (runtime.torch_threads), as a Ray
+        # host does, so both backends give the same bits and a busy machine slows it
+        # down in proportion (docs/benchmarks.md, "A run beside ...").
+        self.threads = local_cpus(scenario.runtime)
         self.host_runtime = scenario.runtime
         self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition))
         self.num_hosts = 1
@@ -38,6 +38,9 @@ class LocalBackend:
 
     def host_nodes(self) -> list[str | None]:
         return [None]
+
+    def host_hardware(self) -> list[dict[str, Any]]:
+        return [self.run.host.hardware()]
 
     def describe(self) -> dict[str, Any]:
         from hdcfl_ray.runtime.client.client_host import torch_threads_per_host

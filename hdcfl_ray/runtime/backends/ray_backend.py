@@ -60,6 +60,9 @@ class RayBackend:
     def host_nodes(self) -> list[str | None]:
         return ray.get([host.node_id.remote() for host in self.hosts])
 
+    def host_hardware(self) -> list[dict[str, Any]]:
+        return ray.get([host.hardware.remote() for host in self.hosts])
+
     def describe(self) -> dict[str, Any]:
         return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": torch_threads_per_host(self.host_runtime)}
 

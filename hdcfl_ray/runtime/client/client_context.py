@@ -147,7 +147,7 @@ class HostClientContext:
         self.model.encoder.eval()
         self.model.head.eval()
         parts = [self.model.head(self.model.encoder(inputs[start : start + batch_size])) for start in range(0, int(inputs.shape[0]), batch_size)]
-        return torch.cat(parts)
+        return torch.cat(parts).float()  # float32 even under a half-precision autocast
 
 
 def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor, own_classes: torch.Tensor | None = None) -> EvalStats:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ContextManager, Mapping
 
 import numpy as np
 
@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 
 
 def torch_threads_per_host(runtime: RuntimeConfig) -> int:
-    """The torch threads a host trains with: its CPU share, at least one. Results are
-    bit-identical only between hosts with the same count (the manifest records it)."""
+    """The torch threads a host trains with: `runtime.torch_threads`, or its CPU share
+    (at least one). Results are bit-identical only between hosts with the same count
+    (the manifest records it)."""
+    if runtime.torch_threads != "auto":
+        return int(runtime.torch_threads)
     return max(1, int(runtime.num_cpus_per_actor))
 
 
@@ -78,12 +81,19 @@ class ClientHost:
         import torch
 
         from hdcfl_ray.models import FlatIndex, build_split_model
+        from hdcfl_ray.runtime.client.precision import resolve_precision
         from hdcfl_ray.runtime.client.tensor_cache import TensorCache
 
         torch.set_num_threads(torch_threads_per_host(scenario.runtime))
         self.scenario = scenario
         self.algorithm = algorithm
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.precision = resolve_precision(scenario.runtime.precision, self.device)
+        if self.precision == "fp16" and self.device.type != "cuda":
+            raise ValueError(
+                "runtime.precision: fp16 needs a CUDA device; this host has none, and CPUs emulate float16 "
+                "about 100x slower than float32. Use bf16 (or auto) on CPU."
+            )
         # The arrays may arrive as ObjectRefs wrapped in a container (so a restarted actor
         # is rebuilt from the same, driver-owned objects): reads are zero-copy either way.
         self.train_images = _resolve(train_images)
@@ -100,6 +110,9 @@ class ClientHost:
         )
         self.model.encoder.to(self.device)
         self.model.head.to(self.device)
+        # runtime.channels_last: NHWC weights and inputs (the flat vectors keep the logical order)
+        self.memory_format = torch.channels_last if scenario.runtime.channels_last else torch.contiguous_format
+        self.model.encoder.to(memory_format=self.memory_format)
         self.encoder_index = FlatIndex.of(self.model.encoder)
         self.head_index = FlatIndex.of(self.model.head)
         self.initial_states: dict[int, Any] = {
@@ -110,6 +123,23 @@ class ClientHost:
         self.tensors = TensorCache(max_bytes=cache_bytes)
         # New on every (re)start: lets the server tell a restarted host from the one it knew.
         self._generation = uuid.uuid4().hex
+
+    def _precision_scope(self) -> ContextManager[None]:
+        """The hooks' forward passes at `runtime.precision` (autocast; nothing for fp32)."""
+        from hdcfl_ray.runtime.client.precision import autocast
+
+        return autocast(self.precision, self.device)
+
+    def hardware(self) -> dict[str, Any]:
+        """What this host computes on, for the manifest."""
+        import torch
+
+        return {
+            "device": str(self.device),
+            "precision": self.precision,
+            "torch_threads": torch.get_num_threads(),
+            "channels_last": self.memory_format == torch.channels_last,
+        }
 
     def generation(self) -> str:
         return self._generation
@@ -147,6 +177,8 @@ class ClientHost:
             else:
                 indices, images, labels = client.test_indices, self.test_images, self.test_labels
             inputs = to_float_batch(images[indices], client.rotation_degrees).to(self.device)
+            if inputs.dim() == 4:
+                inputs = inputs.contiguous(memory_format=self.memory_format)
             targets = torch.as_tensor(labels[indices], dtype=torch.long).to(self.device)
             return inputs, targets
 
@@ -204,7 +236,8 @@ class ClientHost:
         started = time.perf_counter()
         task = self._resolved_task(task)
         ctx = self.context(client_id, round_index)
-        upload, new_state = self.algorithm.local_update(ctx, self._state(client_id, state), task, self._objects(object_refs, task))
+        with self._precision_scope():
+            upload, new_state = self.algorithm.local_update(ctx, self._state(client_id, state), task, self._objects(object_refs, task))
         accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
         if accepted:
             self.client_states[client_id] = new_state
@@ -225,9 +258,10 @@ class ClientHost:
         results = {}
         for job in jobs:
             task = self._resolved_task(job.task)
-            results[job.client_id] = self.algorithm.probe(
-                self.context(job.client_id, round_index), self._state(job.client_id, job.state), task, self._objects(object_refs, task)
-            )
+            with self._precision_scope():
+                results[job.client_id] = self.algorithm.probe(
+                    self.context(job.client_id, round_index), self._state(job.client_id, job.state), task, self._objects(object_refs, task)
+                )
         return self._generation, results
 
     def evaluate(
@@ -237,7 +271,8 @@ class ClientHost:
         for job in jobs:
             task = self._resolved_task(job.task)
             ctx = self.context(job.client_id, round_index)
-            result = self.algorithm.evaluate(ctx, self._state(job.client_id, job.state), task, self._objects(object_refs, task), final)
+            with self._precision_scope():
+                result = self.algorithm.evaluate(ctx, self._state(job.client_id, job.state), task, self._objects(object_refs, task), final)
             reports.append(
                 EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result, budget=ctx.budget)
             )

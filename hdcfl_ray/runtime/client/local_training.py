@@ -10,6 +10,7 @@ from torch import nn
 from hdcfl_ray import seeding
 from hdcfl_ray.contract import EvalStats, OptimizerConfig, TrainStats
 from hdcfl_ray.models import SplitModel
+from hdcfl_ray.runtime.client.precision import LossScaler, active_half_precision, outside_autocast
 
 
 class MomentumSGD:
@@ -99,6 +100,8 @@ def train_locally(
     if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
         raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
     num_samples = int(inputs.shape[0])
+    # Under a float16 autocast (runtime.precision) the loss is scaled; bfloat16 needs no scaling.
+    scaler = LossScaler() if active_half_precision() == torch.float16 else None
     total_loss = 0.0
     seen = 0
     steps = 0
@@ -119,8 +122,14 @@ def train_locally(
             if not torch.isfinite(loss):
                 nonfinite = True
                 break
-            loss.backward()
-            optimizer.step()
+            with outside_autocast(inputs.device):
+                if scaler is None:
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    scaler.backward(loss)
+                    if scaler.unscale_and_check(parameters):
+                        optimizer.step()
             total_loss += float(loss.detach()) * int(batch.shape[0])
             seen += int(batch.shape[0])
             steps += 1
@@ -155,7 +164,7 @@ def evaluate(
     correct = 0
     correct_own = 0
     for start in range(0, num_samples, batch_size):
-        logits = model.head(model.encoder(inputs[start : start + batch_size]))
+        logits = model.head(model.encoder(inputs[start : start + batch_size])).float()
         target = labels[start : start + batch_size]
         loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
         correct += int((logits.argmax(dim=1) == target).sum())

@@ -17,6 +17,7 @@ from hdcfl_ray.contract import RoundNotes, Upload
 from hdcfl_ray.runtime.server.host_pool import HostPool, TrainingHandle
 from hdcfl_ray.runtime.server.messages import EvalReport, UploadMeta
 from hdcfl_ray.runtime.server.settings import ServerSettings
+from hdcfl_ray.runtime.server.stored_models import StoredModels
 from hdcfl_ray.runtime.server.transport import Transport
 
 
@@ -57,7 +58,8 @@ class RoundServer(Protocol):
 def accepted_upload(
     meta: UploadMeta, handle: TrainingHandle, transport: Transport, events: list[str], not_taken: str
 ) -> Upload | None:
-    """The method's view of one finished update, its models fetched; None when the
+    """The method's view of one finished update, its models read on access
+    (`StoredModels`: the round's uploads are never all held at once); None when the
     update held NaN/Inf, with an event ending in `not_taken` (what the server skips)."""
     client_id = handle.client_id
     if not meta.accepted:
@@ -68,7 +70,7 @@ def accepted_upload(
         num_samples=meta.num_samples,
         train_loss=meta.train_loss,
         steps=meta.steps,
-        models=transport.get(handle.models_ref),
+        models=StoredModels(transport, handle.models_ref),
         values=meta.values,
         models_ref=handle.models_ref,
     )

@@ -1,0 +1,118 @@
+"""runtime.precision and runtime.channels_last: mixed precision runs the hooks' forward
+passes under autocast with float32 weights, is reproducible, records what it resolved
+to, and refuses float16 without a GPU; NHWC layout keeps the flat vectors' order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hdcfl_ray.config.loading import build_scenario
+from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.models import build_split_model, flatten_module, load_flat_into
+from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.client import precision
+from hdcfl_ray.runtime.client.local_training import train_locally
+from hdcfl_ray.contract import OptimizerConfig
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+from hdcfl_ray.terminal.live_view import QuietObserver
+from tests.conftest import tiny_scenario
+
+
+def final_global(runtime: dict) -> np.ndarray:
+    scenario = build_scenario(tiny_scenario(algorithm={"name": "fedavg"}, runtime=runtime, protocol={"rounds": 2}))
+    run = in_process_run(prepare_run(scenario))
+    run.run_all()
+    model = run.server.state.model
+    return np.concatenate([model.encoder, model.head])
+
+
+def test_bf16_autocast_trains_reproducibly_with_float32_weights_and_changes_the_arithmetic() -> None:
+    fp32 = final_global({"precision": "fp32"})
+    bf16 = final_global({"precision": "bf16"})
+    assert bf16.dtype == np.float32 and np.isfinite(bf16).all()
+    assert np.array_equal(bf16, final_global({"precision": "bf16"}))  # same bits twice
+    assert not np.array_equal(bf16, fp32)  # autocast was on
+    # bfloat16 products, float32 accumulation: the trained weights stay close
+    assert np.linalg.norm(bf16 - fp32) < 0.05 * np.linalg.norm(fp32)
+
+
+def test_fp16_without_a_gpu_is_refused_with_the_key_and_the_alternative() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: fp16 is allowed")
+    scenario = build_scenario(tiny_scenario(algorithm={"name": "fedavg"}, runtime={"precision": "fp16"}))
+    with pytest.raises(ValueError, match=r"runtime\.precision: fp16 needs a CUDA device.*bf16"):
+        in_process_run(prepare_run(scenario))
+
+
+def test_auto_picks_bf16_only_where_it_is_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert precision.resolve_precision("auto", cpu) == "fp32"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert precision.resolve_precision("auto", cpu) == "bf16"
+    assert precision.resolve_precision("fp32", cpu) == "fp32"
+
+
+def test_the_manifest_records_each_hosts_device_precision_threads_and_layout(tmp_path: Path) -> None:
+    scenario = build_scenario(
+        tiny_scenario(
+            algorithm={"name": "fedavg"},
+            runtime={"backend": "local", "precision": "bf16", "channels_last": True, "torch_threads": 1},
+            protocol={"rounds": 1},
+        )
+    )
+    run_simulation(prepare_run(scenario), tmp_path / "run", observer=QuietObserver())
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["client_host_hardware"] == [{"device": "cpu", "precision": "bf16", "torch_threads": 1, "channels_last": True}]
+    assert manifest["runtime"]["torch_threads_per_host"] == 1
+
+
+def test_channels_last_keeps_the_flat_vectors_logical_order() -> None:
+    config = ModelConfig(encoder="small_cnn", width=8, feature_dim=16)
+    plain = build_split_model(config, in_channels=3, num_classes=4, seed=3)
+    nhwc = build_split_model(config, in_channels=3, num_classes=4, seed=3)
+    nhwc.encoder.to(memory_format=torch.channels_last)
+    assert np.array_equal(flatten_module(plain.encoder), flatten_module(nhwc.encoder))
+    vector = np.random.default_rng(0).standard_normal(flatten_module(plain.encoder).shape[0]).astype(np.float32)
+    load_flat_into(plain.encoder, vector)
+    load_flat_into(nhwc.encoder, vector)
+    inputs = torch.randn(5, 3, 16, 16)
+    plain.encoder.eval()
+    nhwc.encoder.eval()
+    with torch.no_grad():
+        assert torch.allclose(plain.encoder(inputs), nhwc.encoder(inputs.contiguous(memory_format=torch.channels_last)), atol=1e-5)
+
+
+def test_loss_scaler_skips_an_overflowing_step_and_halves_its_scale() -> None:
+    parameter = torch.nn.Parameter(torch.ones(3))
+    scaler = precision.LossScaler(scale=8.0, growth_interval=2)
+    parameter.grad = torch.tensor([8.0, 16.0, 24.0])
+    assert scaler.unscale_and_check([parameter]) and torch.equal(parameter.grad, torch.tensor([1.0, 2.0, 3.0]))
+    parameter.grad = torch.tensor([float("inf"), 0.0, 0.0])
+    assert not scaler.unscale_and_check([parameter]) and scaler.scale == 4.0
+    for _ in range(2):
+        parameter.grad = torch.zeros(3)
+        scaler.unscale_and_check([parameter])
+    assert scaler.scale == 8.0  # two clean steps double it again
+
+
+def test_float16_training_scales_the_loss_and_still_learns() -> None:
+    """The fp16 path of train_locally (on CPU only here, where it is slow but correct)."""
+    torch.manual_seed(0)
+    config = ModelConfig(encoder="small_cnn", width=4, feature_dim=8)
+    model = build_split_model(config, in_channels=1, num_classes=2, seed=0)
+    inputs = torch.randn(64, 1, 8, 8)
+    labels = (inputs.mean(dim=(1, 2, 3)) > 0).long()
+    generator = torch.Generator().manual_seed(0)
+    optimizer = OptimizerConfig(name="sgd", lr=0.5, momentum=0.0, weight_decay=0.0)
+    with precision.autocast("fp16", torch.device("cpu")):  # one context over many steps, as a host runs it
+        first = train_locally(model, inputs, labels, epochs=1, batch_size=16, optimizer_config=optimizer, generator=generator)
+        for _ in range(10):
+            last = train_locally(model, inputs, labels, epochs=1, batch_size=16, optimizer_config=optimizer, generator=generator)
+    assert np.isfinite(last.mean_loss) and last.mean_loss < first.mean_loss
+    assert all(p.dtype == torch.float32 for p in model.encoder.parameters())
