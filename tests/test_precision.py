@@ -13,11 +13,11 @@ import torch
 
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.contract import OptimizerConfig
 from hdcfl_ray.models import build_split_model, flatten_module, load_flat_into
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.client import precision
 from hdcfl_ray.runtime.client.local_training import train_locally
-from hdcfl_ray.contract import OptimizerConfig
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
