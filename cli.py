@@ -88,8 +88,13 @@ def simulate(
         if resume is not None:
             if scenario_file is not None or out is not None:
                 raise ScenarioError("--resume RUN_DIR takes neither a scenario file nor --out: the run directory holds both")
-            if any(not text.startswith("runtime.") for text in overrides or []):
-                raise ScenarioError("--resume: only runtime.* keys may be overridden (the run's results must not change)")
+            from hdcfl_ray.sweep.changes import may_differ
+
+            if any(not may_differ(text.partition("=")[0].strip()) for text in overrides or []):
+                raise ScenarioError(
+                    "--resume: only runtime.* keys may be overridden, except runtime.precision and runtime.channels_last "
+                    "(the run's results must not change)"
+                )
             scenario = resumable_run(resume)
             if overrides:
                 scenario = load_scenario(resume / "scenario.yaml", overrides)

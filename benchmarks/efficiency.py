@@ -38,7 +38,7 @@ def cifar_path(explicit: str | None) -> Path:
     return path
 
 
-def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backend: str, out_dir: Path):
+def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backend: str, out_dir: Path, runtime: dict | None = None):
     from hdcfl_ray.config.loading import build_scenario as build
 
     return build(
@@ -52,11 +52,22 @@ def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backen
             # evaluated once, after the last round: the figure is about training throughput
             "protocol": {"rounds": rounds, "local_epochs": 1, "batch_size": batch_size, "eval_every": rounds,
                          "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5.0e-4}},
-            "runtime": {"backend": backend},
+            "runtime": {"backend": backend, **(runtime or {})},
             "checkpoint": {"every": None},
             "output": {"dir": str(out_dir)},
         }
     )
+
+
+def runtime_overrides(pairs: list[str]) -> dict:
+    """--runtime torch_threads=2 channels_last=true -> {"torch_threads": 2, "channels_last": True}."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        overrides[key] = yaml.safe_load(value)
+    return overrides
 
 
 def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
@@ -108,13 +119,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--backend", choices=["auto", "ray", "local"], default="auto")
     parser.add_argument("--cifar", default=None)
+    parser.add_argument("--runtime", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="runtime settings of the simulation, e.g. torch_threads=2 channels_last=true precision=bf16")
     parser.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     args = parser.parse_args()
 
     from hdcfl_ray.runtime.driver import prepare_run
 
     with tempfile.TemporaryDirectory(prefix="hdcfl-efficiency-") as work:
-        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work)))
+        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work), runtime_overrides(args.runtime)))
         # The plain loop runs before and after the simulation and the faster of the two
         # counts: the machine's speed drifts, and the limit should not be understated.
         plain_before, plain_samples = plain_loop(prepared, args.rounds, args.batch_size)
@@ -125,7 +138,7 @@ def main() -> None:
     simulated_sps = result["samples"] / result["rounds_s"]
     rows = [
         {
-            "backend": args.backend,
+            "backend": args.backend + "".join(f" {pair}" for pair in args.runtime),
             "samples": plain_samples,
             "plain_loop_samples_per_s": plain_sps,
             "plain_loop_runs": f"{plain_before:.0f} / {plain_after:.0f}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from hdcfl_ray.algorithms.registry import method_names
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
@@ -15,9 +16,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 CLUSTERED = {"fedce", "fedsoft", "ifca", "pacfl", "hdcfl"}
 
 
-@pytest.mark.parametrize(
-    "name", ["fedavg_se", "hdcfl", "fedavg", "local", "fedbabu", "fedala", "fedce", "fedsoft", "ifca", "pacfl"]
-)
+@pytest.mark.parametrize("name", method_names())  # every registered method, a new one included
 def test_method_runs_on_ray_and_logs_every_client(tmp_path, name):
     algorithm = {
         "name": name,

@@ -357,3 +357,16 @@ def test_a_run_killed_while_writing_its_scenario_does_not_block_the_same_out_aga
     run_dir.mkdir()
     (run_dir / ".scenario.yaml.tmp").write_text("name: tin")  # killed before the rename
     claim_run_dir(run_dir)  # no error: nothing of a run is there yet
+
+
+def test_resume_refuses_another_precision(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "scenario.yaml").write_text(__import__("yaml").safe_dump(tiny_scenario()))
+    result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--set", "runtime.precision=bf16"])
+    assert result.exit_code == 2, result.output
+    assert "except runtime.precision" in result.output

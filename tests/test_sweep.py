@@ -162,6 +162,19 @@ def test_a_killed_run_is_not_resumed_with_another_learning_rate(write_scenario, 
     assert "tiny/hdcfl" not in message  # runs not on disk yet are not in the way
 
 
+@pytest.mark.parametrize("override", ["runtime.precision=bf16", "runtime.channels_last=true"])
+def test_a_runtime_key_that_changes_the_arithmetic_is_a_change(write_scenario, tmp_path, override):
+    from hdcfl_ray.sweep.changes import SettingsChangedError
+
+    path = write_scenario(tiny_scenario())
+    out = tmp_path / "sw"
+    _fabricate_runs(expand(_plan(path, out))[:1], status="running")
+    runs = expand(_plan(path, out, override))
+    with pytest.raises(SettingsChangedError) as caught:
+        run_sweep(runs, out, runs[0].scenario.runtime)
+    assert override.partition("=")[0] in str(caught.value)
+
+
 def _rerun_over_finished_runs_skips_them_all(write_scenario, tmp_path, monkeypatch, *overrides: str) -> None:
     """Finished runs on disk, then a rerun with `overrides`: every run is skipped, none run."""
     import hdcfl_ray.sweep.runner as runner
