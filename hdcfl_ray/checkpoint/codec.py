@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -112,8 +113,10 @@ def _hashable(value: Any) -> Any:
 
 
 def _is_object_ref(value: Any) -> bool:
-    try:
-        import ray
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(value, ray.ObjectRef)
+    """A Ray ObjectRef, or the local backend's in-process one (a host thread's result)."""
+    from hdcfl_ray.runtime.server.thread_transport import FutureValue
+
+    if isinstance(value, FutureValue):
+        return True
+    ray = sys.modules.get("ray")  # no ObjectRef exists in a process that never imported Ray
+    return ray is not None and isinstance(value, ray.ObjectRef)

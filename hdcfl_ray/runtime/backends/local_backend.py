@@ -1,6 +1,8 @@
-"""The local backend: the server object and one client host owning every client,
-inside the driver process, through `local_host`. No Ray is imported; the host
-trains with `runtime.torch_threads` torch threads, like one Ray host."""
+"""The local backend: the server object and the client hosts inside the driver
+process, through `local_host`. No Ray is imported. Each host trains with
+`runtime.torch_threads` torch threads, like one Ray host, and there are as many
+hosts as the run's CPUs hold (`runtime.num_cpus`, or every core, divided by
+the threads per host), each on a thread of its own."""
 
 from __future__ import annotations
 
@@ -10,37 +12,44 @@ from hdcfl_ray.runtime.backends.choice import Backend, local_cpus
 
 
 class LocalBackend:
-    """The server object and one client host in this process; calls are plain calls."""
+    """The server object and its client hosts in this process."""
 
     name: Backend = "local"
 
     def __init__(self, prepared: Any) -> None:
         from hdcfl_ray.runtime.backends.local_host import in_process_run  # on use: it loads torch and the methods
 
+        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+
         scenario = prepared.scenario
-        # The one host trains with a host's thread count (runtime.torch_threads), as a Ray
-        # host does, so both backends give the same bits and a busy machine slows it
-        # down in proportion (docs/benchmarks.md, "A run beside ...").
+        # Hosts of one torch thread each (runtime.torch_threads), side by side, as Ray
+        # hosts are: both backends give the same bits, the cores are used without an
+        # OpenMP barrier between them, and a busy machine slows the run down in
+        # proportion (docs/benchmarks.md, "A run beside ...").
         self.threads = local_cpus(scenario.runtime)
         self.host_runtime = scenario.runtime
-        self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition))
-        self.num_hosts = 1
-        self.client_hosts = {client.client_id: 0 for client in prepared.partition.clients}
+        hosts = max(1, self.threads // torch_threads_per_host(scenario.runtime))
+        self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition), hosts=hosts)
+        self.num_hosts = len(self.run.hosts)
+        self.client_hosts = dict(self.run.client_hosts)
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.run.server, method)(*args)
 
-    fetch: Callable[[Any], Any] | None = None  # checkpoint values are already plain
-    put: Callable[[Any], Any] | None = None
+    put: Callable[[Any], Any] | None = None  # a checkpoint's values stay plain in this process
+
+    def fetch(self, ref: Any) -> Any:
+        """A host thread's result (what a checkpoint of a threaded run holds refs to)."""
+        return self.run.server.transport.get(ref)
 
     def host_names(self) -> list[str]:
-        return ["in-process"]
+        return ["in-process"] if self.num_hosts == 1 else [f"in-process-{index}" for index in range(self.num_hosts)]
 
     def host_nodes(self) -> list[str | None]:
-        return [None]
+        return [None] * self.num_hosts
 
     def host_hardware(self) -> list[dict[str, Any]]:
-        return [self.run.host.hardware()]
+        return [host.hardware() for host in self.run.hosts]
 
     def describe(self) -> dict[str, Any]:
         from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
@@ -49,4 +58,6 @@ class LocalBackend:
         return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": threads}
 
     def close(self) -> None:
+        if self.run is not None:
+            self.run.close()
         self.run = None  # type: ignore[assignment]

@@ -1,11 +1,12 @@
-"""The local backend's in-process host: one plain `ClientHost` owning every client,
-and the run's server (synchronous or asynchronous) reaching it by direct calls
-through `InProcessTransport`, all inside this process, with no Ray.
+"""The local backend's in-process hosts: plain `ClientHost` objects, and the run's
+server (synchronous or asynchronous) reaching them inside this process, with no
+Ray: one host by direct calls (`InProcessTransport`), several side by side on a
+thread each (`ThreadedTransport`).
 
-`in_process_run` builds a run's server and host: the local backend
+`in_process_run` builds a run's server and hosts: the local backend
 (`local_backend.LocalBackend`, what `runtime.backend: local` and most laptop runs
 use) runs every round through it, and method tests run rounds through it
-directly. `local_host` builds the host alone, for work that needs clients but no
+directly (one host). `local_host` builds the host alone, for work that needs clients but no
 server: `hdcfl-ray ablate` replays saved refreshes through it, and
 `hdcfl-ray diagnose donor-swap` scores encoders through it (one per Ray task when
 spread over workers).
@@ -13,7 +14,8 @@ spread over workers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
 
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.contract import Method, ModelParams
@@ -23,17 +25,26 @@ from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
 from hdcfl_ray.runtime.server.round_tail import RoundReport
 from hdcfl_ray.runtime.server.settings import build_server_settings
 from hdcfl_ray.runtime.server.sync_server import FederatedServer
+from hdcfl_ray.runtime.backends.placement import assign_clients
+from hdcfl_ray.runtime.server.thread_transport import ThreadedTransport
 from hdcfl_ray.runtime.server.transport import InProcessTransport
 
 
 @dataclass
 class InProcessRun:
-    """A run's server and its one host; the local backend calls the server's methods,
+    """A run's server and its hosts; the local backend calls the server's methods,
     tests step through rounds with `run_round` and `run_all`."""
 
     server: FederatedServer
-    host: ClientHost
+    host: ClientHost  # the first (with one host: the host of every client)
     algorithm: Method
+    hosts: list[ClientHost] = field(default_factory=list)
+    client_hosts: dict[int, int] = field(default_factory=dict)
+
+    def close(self) -> None:
+        close = getattr(self.server.transport, "close", None)
+        if close is not None:
+            close()
 
     def run_round(self, round_index: int) -> RoundReport:
         return self.server.run_round(round_index)
@@ -42,9 +53,9 @@ class InProcessRun:
         return [self.run_round(t) for t in range(1, self.server.rounds + 1)]
 
 
-def local_host(prepared, algorithm: Method | None = None, initial: ModelParams | None = None) -> ClientHost:
-    """One plain ClientHost owning every client of a `driver.PreparedRun` (built with
-    the run's method and initial weights unless given)."""
+def local_host(prepared, algorithm: Method | None = None, initial: ModelParams | None = None, clients: list | None = None) -> ClientHost:
+    """One plain ClientHost owning every client of a `driver.PreparedRun` (or `clients`),
+    built with the run's method and initial weights unless given."""
     scenario, dataset = prepared.scenario, prepared.dataset
     return ClientHost(
         scenario,
@@ -53,30 +64,40 @@ def local_host(prepared, algorithm: Method | None = None, initial: ModelParams |
         dataset.train_labels,
         dataset.test_images,
         dataset.test_labels,
-        list(prepared.partition.clients),
+        list(prepared.partition.clients) if clients is None else clients,
         initial or initial_parameters(scenario, dataset),
         dataset.num_classes,
     )
 
 
-def in_process_run(prepared, algorithm: Method | None = None) -> InProcessRun:
+def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1) -> InProcessRun:
     """The server of a `driver.PreparedRun` (asynchronous if its protocol says so)
-    and its one host, ready for round 1."""
+    and `hosts` hosts owning contiguous blocks of clients, as Ray's hosts do, ready
+    for round 1. Each extra host gets its own copy of the method (as an actor gets
+    its own), so no method object is shared between threads."""
     scenario = prepared.scenario
     dataset = prepared.dataset
     algorithm = algorithm or build_algorithm(scenario)
     initial = initial_parameters(scenario, dataset)
     independent = independent_initialisations(scenario, dataset, algorithm.independent_inits)
-    host = local_host(prepared, algorithm, initial)
     settings = build_server_settings(scenario, prepared.partition)
+    count = max(1, min(hosts, settings.num_clients))
+    client_hosts = assign_clients(settings.num_clients, count) if count > 1 else {k: 0 for k in range(settings.num_clients)}
+    clients_of_host: list[list] = [[] for _ in range(count)]
+    for client in prepared.partition.clients:
+        clients_of_host[client_hosts[client.client_id]].append(client)
+    host_list = [
+        local_host(prepared, algorithm if count == 1 else copy.deepcopy(algorithm), initial, clients_of_host[index])
+        for index in range(count)
+    ]
     server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer
     server = server_class(
         algorithm,
-        [host],
-        {client_id: 0 for client_id in range(settings.num_clients)},
+        host_list,
+        client_hosts,
         initial,
         independent,
         settings,
-        transport=InProcessTransport(),
+        transport=InProcessTransport() if count == 1 else ThreadedTransport(),
     )
-    return InProcessRun(server=server, host=host, algorithm=algorithm)
+    return InProcessRun(server=server, host=host_list[0], algorithm=algorithm, hosts=host_list, client_hosts=client_hosts)

@@ -17,6 +17,7 @@ import numpy as np
 
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.contract import ClientTask, Method, ModelParams
+from hdcfl_ray.runtime.server.thread_transport import FutureValue
 from hdcfl_ray.runtime.server.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ def _resolve(value: Any) -> Any:
     hooks never see Ray."""
     if isinstance(value, StoreRef):
         value = value.ref
+    if isinstance(value, FutureValue):  # the local backend's hosts on threads
+        return value.value()
     # No ObjectRef can exist in a process that never imported Ray (the local backend).
     ray = sys.modules.get("ray")
     return ray.get(value) if ray is not None and isinstance(value, ray.ObjectRef) else value
@@ -137,9 +140,16 @@ class ClientHost:
         return {
             "device": str(self.device),
             "precision": self.precision,
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch_threads_per_host(self.scenario.runtime),
             "channels_last": self.memory_format == torch.channels_last,
         }
+
+    def bind_thread(self) -> None:
+        """Give the calling thread this host's torch thread count (OpenMP keeps the
+        count per thread): the local backend runs each host on a thread of its own."""
+        import torch
+
+        torch.set_num_threads(torch_threads_per_host(self.scenario.runtime))
 
     def generation(self) -> str:
         return self._generation
