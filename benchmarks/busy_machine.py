@@ -5,9 +5,10 @@ Runs the quickstart (digits, 10 rounds by default, local backend) as a fresh
 spinning Python loop each, what a second simulation or a data job looks like to
 the scheduler), for each setting of torch threads and OpenMP waiting given. It
 reports the median wall time of `--repeats` fresh processes and the ratio to the
-same setting alone. A run that slows down in proportion to its share of the
-machine has ratio (threads + busy) / threads at most, when it can use `threads`
-cores alone.
+same setting alone. A run whose T threads could use T of the C cores alone
+gets about C / (T + busy) cores beside `busy` CPU-bound processes, so its
+fair-share slowdown is (T + busy) / C when T <= C (2.0 for the default on two
+cores beside two busy processes, 1.5 for one thread).
 
     python benchmarks/busy_machine.py                          # 2 busy, 3 repeats
     python benchmarks/busy_machine.py --busy 2 --repeats 5 --out docs/benchmarks.md
@@ -35,7 +36,8 @@ from benchmarks._common import (  # noqa: E402
 CORES = os.cpu_count() or 1
 # (label, environment additions, --set overrides)
 SETTINGS: dict[str, tuple[dict[str, str], list[str]]] = {
-    "default (1 torch thread per host)": ({}, []),
+    "default (a host per core on its own thread, 1 torch thread each)": ({}, []),
+    "one host, 1 torch thread (runtime.num_cpus=1)": ({}, ["runtime.num_cpus=1"]),
     f"{CORES} threads, OpenMP's own waiting (spin, then sleep)": ({}, [f"runtime.torch_threads={CORES}"]),
     f"{CORES} threads, passive OpenMP waiting": ({"OMP_WAIT_POLICY": "PASSIVE"}, [f"runtime.torch_threads={CORES}"]),
     f"{CORES} threads, spin 10k then sleep": ({"GOMP_SPINCOUNT": "10000"}, [f"runtime.torch_threads={CORES}"]),

@@ -223,11 +223,13 @@ class RuntimeConfig(Section):
     num_gpus_per_actor: float = Field(
         0.0, ge=0.0, description="GPUs per client host actor; fractions allowed: 0.25 packs four actors per GPU"
     )
-    num_cpus: int | None = Field(None, ge=1, description="CPUs of a private Ray instance; null = all cores")
+    num_cpus: int | None = Field(
+        None, ge=1, description="CPUs of a private Ray instance, or that the local backend's hosts use; null = all cores"
+    )
     torch_threads: int | Literal["auto"] = Field(
         "auto",
-        description="torch threads per client host (the local backend's one host too); auto = num_cpus_per_actor, "
-        "at least 1. Bits match only between runs with the same count",
+        description="torch threads per client host; auto = num_cpus_per_actor, at least 1 (the local backend runs "
+        "num_cpus / this many hosts). Bits match only between runs with the same count",
     )
     channels_last: bool = Field(
         False,
