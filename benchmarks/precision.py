@@ -21,7 +21,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import append_markdown, machine_description, print_table, run_measured  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    append_markdown,
+    machine_description,
+    print_table,
+    run_measured,
+)
 from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
 
 VARIANTS: dict[str, list[str]] = {

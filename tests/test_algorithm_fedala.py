@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.algorithms.fedala import FedALA, FedALAParams
 from hdcfl_ray.algorithms.fedala_weights import (
     TRAINING_SUBSET_STREAM,
     adaptive_local_init,
@@ -22,14 +23,13 @@ from hdcfl_ray.algorithms.fedala_weights import (
     top_slots,
     weight_step,
 )
-from hdcfl_ray.contract import ModelParams
-from hdcfl_ray.algorithms.fedala import FedALA
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.algorithms.fedala import FedALAParams
+from hdcfl_ray.config.methods import run_info
 from hdcfl_ray.config.schema import ProtocolConfig
+from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.models import FlatIndex, SplitModel
-from hdcfl_ray.runtime.client.client_context import HostClientContext
 from hdcfl_ray.runtime.backends.local_host import in_process_run
+from hdcfl_ray.runtime.client.client_context import HostClientContext
 from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
 
@@ -230,7 +230,7 @@ def test_first_time_client_takes_the_global_model_unchanged():
 
 class RecordingFedALA(FedALA):
     def __init__(self, params: FedALAParams, scenario: Any) -> None:
-        super().__init__(params, scenario)
+        super().__init__(params, run_info(scenario))
         self.aggregated: list[tuple[list[ModelParams], list[int]]] = []
 
     def aggregate(self, state, round_index, uploads):

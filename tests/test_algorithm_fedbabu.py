@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.fedbabu import FedBABU, finetune_optimizer
+from hdcfl_ray.algorithms.fedbabu import FedBABU, FedBABUParams, finetune_optimizer
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.algorithms.fedbabu import FedBABUParams
+from hdcfl_ray.config.methods import run_info
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
@@ -25,7 +25,7 @@ class RecordingFedBABU(FedBABU):
     final fine-tuning was given."""
 
     def __init__(self, params: FedBABUParams, scenario: Any) -> None:
-        super().__init__(params, scenario)
+        super().__init__(params, run_info(scenario))
         self.trained_heads: list[tuple[int, int, np.ndarray]] = []
         self.aggregated: list[tuple[int, list[np.ndarray], list[int]]] = []
         self.uploaded_names: set[tuple[str, ...]] = set()

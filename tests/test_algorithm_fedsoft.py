@@ -8,9 +8,18 @@ import pytest
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedsoft import FedSoft
-from hdcfl_ray.algorithms.proximal import parameter_columns, proximal_anchor, proximal_regulariser
-from hdcfl_ray.algorithms.fedsoft_importance import importance_weights, select_per_centre, server_weights
+from hdcfl_ray.algorithms.fedsoft_importance import (
+    importance_weights,
+    select_per_centre,
+    server_weights,
+)
+from hdcfl_ray.algorithms.proximal import (
+    parameter_columns,
+    proximal_anchor,
+    proximal_regulariser,
+)
 from hdcfl_ray.config.loading import build_scenario
+from hdcfl_ray.config.methods import run_info
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
@@ -28,7 +37,7 @@ class RecordingFedSoft(FedSoft):
 
 def fedsoft_run(protocol=None, **params):
     scenario = build_scenario(tiny_scenario(algorithm={"name": "fedsoft", "fedsoft": params}, protocol=protocol or {}))
-    return in_process_run(prepare_run(scenario), algorithm=RecordingFedSoft(scenario.algorithm.fedsoft, scenario))
+    return in_process_run(prepare_run(scenario), algorithm=RecordingFedSoft(scenario.algorithm.fedsoft, run_info(scenario)))
 
 
 # ---- pure maths ----

@@ -6,11 +6,16 @@ import numpy as np
 import torch
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.contract import ModelParams, Upload
 from hdcfl_ray.algorithms.cluster_models import UPLOADED_MODEL
-from hdcfl_ray.algorithms.ifca import IFCA, assignment_subset, choose_cluster
+from hdcfl_ray.algorithms.ifca import (
+    IFCA,
+    IFCAParams,
+    assignment_subset,
+    choose_cluster,
+)
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.algorithms.ifca import IFCAParams
+from hdcfl_ray.config.methods import run_info
+from hdcfl_ray.contract import ModelParams, Upload
 from hdcfl_ray.models import build_split_model, load_flat_into
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
@@ -75,7 +80,7 @@ def test_assignment_subset_is_fixed_per_client_and_capped():
 
 def test_a_cluster_model_is_the_weighted_average_of_its_members_and_an_empty_cluster_is_unchanged():
     scenario = build_scenario(tiny_scenario(algorithm={"name": "ifca"}))
-    ifca = IFCA(IFCAParams(clusters=3), scenario)
+    ifca = IFCA(IFCAParams(clusters=3), run_info(scenario))
     initial = [fake_model(10.0), fake_model(20.0), fake_model(30.0)]
     state = ifca.init_server(initial[0], initial, num_clients=4)
     uploads = [
@@ -97,7 +102,7 @@ def test_a_cluster_model_is_the_weighted_average_of_its_members_and_an_empty_clu
 
 def test_an_empty_cluster_is_reported_with_how_long_it_has_been_empty():
     scenario = build_scenario(tiny_scenario(algorithm={"name": "ifca"}))
-    ifca = IFCA(IFCAParams(clusters=2), scenario)
+    ifca = IFCA(IFCAParams(clusters=2), run_info(scenario))
     state = ifca.init_server(fake_model(0.0), [fake_model(1.0), fake_model(2.0)], num_clients=1)
     ifca.aggregate(state, 1, [fake_upload(0, 0, fake_model(3.0), 5)])
     notes = ifca.aggregate(state, 2, [fake_upload(0, 0, fake_model(3.0), 5)])

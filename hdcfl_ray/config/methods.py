@@ -10,4 +10,9 @@ from hdcfl_ray.contract import Method, RunInfo
 def build_algorithm(scenario: Scenario) -> Method:
     name = scenario.algorithm.name
     params = getattr(scenario.algorithm, name, None)
-    return build_method(name, params, RunInfo(seed=scenario.seed, rounds=scenario.protocol.rounds))
+    return build_method(name, params, run_info(scenario))
+
+
+def run_info(scenario: Scenario) -> RunInfo:
+    """What a method may know about the run of `scenario` when it is built."""
+    return RunInfo(seed=scenario.seed, rounds=scenario.protocol.rounds)
