@@ -114,7 +114,7 @@ def simulate(
         dataset = prepared.dataset
         Console().print(
             f"[dim]{dataset.name}: {dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images; "
-            f"starting Ray and the client actors ...[/]",
+            f"starting the client hosts ...[/]",
             highlight=False,
         )
     try:

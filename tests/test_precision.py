@@ -41,12 +41,24 @@ def test_bf16_autocast_trains_reproducibly_with_float32_weights_and_changes_the_
     assert np.linalg.norm(bf16 - fp32) < 0.05 * np.linalg.norm(fp32)
 
 
-def test_fp16_without_a_gpu_is_refused_with_the_key_and_the_alternative() -> None:
+def test_fp16_without_a_gpu_share_is_refused_before_anything_runs() -> None:
+    from hdcfl_ray.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"runtime\.precision: fp16 runs on GPUs only.*num_gpus_per_actor: 0.*bf16"):
+        build_scenario(tiny_scenario(runtime={"precision": "fp16"}))
+
+
+def test_a_host_without_cuda_refuses_fp16_with_the_key_and_the_alternative() -> None:
+    """The host's own check (a cluster's worker can lack the GPU its share promised)."""
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: fp16 is allowed")
-    scenario = build_scenario(tiny_scenario(algorithm={"name": "fedavg"}, runtime={"precision": "fp16"}))
+    from hdcfl_ray.runtime.backends.local_host import local_host
+
+    prepared = prepare_run(build_scenario(tiny_scenario(algorithm={"name": "fedavg"})))
+    runtime = prepared.scenario.runtime.model_copy(update={"precision": "fp16", "num_gpus_per_actor": 0.5})
+    prepared = type(prepared)(scenario=prepared.scenario.model_copy(update={"runtime": runtime}), dataset=prepared.dataset, partition=prepared.partition)
     with pytest.raises(ValueError, match=r"runtime\.precision: fp16 needs a CUDA device.*bf16"):
-        in_process_run(prepare_run(scenario))
+        local_host(prepared)
 
 
 def test_auto_picks_bf16_only_where_it_is_native(monkeypatch: pytest.MonkeyPatch) -> None:

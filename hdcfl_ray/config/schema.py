@@ -310,6 +310,12 @@ class Scenario(Section):
             raise ValueError(
                 "protocol.stragglers.policy: 'drop' needs protocol.stragglers.deadline (virtual seconds per round)"
             )
+        if self.runtime.precision == "fp16" and self.runtime.num_gpus_per_actor == 0:
+            raise ValueError(
+                "runtime.precision: fp16 runs on GPUs only, and this scenario gives the hosts none "
+                "(runtime.num_gpus_per_actor: 0); CPUs emulate float16 about 100x slower than float32. "
+                "Use bf16 or auto on CPU, or give each host a GPU share"
+            )
         if self.algorithm.name == "hdcfl":
             activation = self.algorithm.hdcfl.activation_round
             if activation is not None and activation > self.protocol.rounds:
