@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.config.loading import build_scenario
@@ -57,3 +58,21 @@ def test_hdcfl_refresh_recovers_planted_rotation_groups_after_a_few_rounds():
     truth = {k: k % 2 for k in range(8)}
     same_group = {(a, b): labels[a] == labels[b] for a in range(8) for b in range(8)}
     assert all(same_group[(a, b)] == (truth[a] == truth[b]) for a in range(8) for b in range(8))
+
+
+@pytest.mark.parametrize("method", ["fedavg_se", "hdcfl"])
+def test_the_local_reference_can_be_skipped_without_touching_the_other_scores(tmp_path, method):
+    from hdcfl_ray.logs.table_writer import read_table
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+    from hdcfl_ray.terminal.live_view import QuietObserver
+
+    algorithm = {"name": method, "hdcfl": {"groups": 2, "activation_round": 1, "refresh_every": 1}}
+    tables = {}
+    for wanted in (True, False):
+        scenario = build_scenario(tiny_scenario(algorithm=algorithm, protocol={"rounds": 2, "eval_local_reference": wanted}))
+        run_simulation(prepare_run(scenario), tmp_path / str(wanted), QuietObserver())
+        tables[wanted] = read_table(tmp_path / str(wanted), "clients").to_pydict()
+    assert any(value is not None for value in tables[True]["accuracy_local"])
+    assert all(value is None for value in tables[False]["accuracy_local"])
+    for column in ("accuracy", "accuracy_global", "accuracy_personalized", "train_loss"):
+        assert tables[True][column] == tables[False][column]

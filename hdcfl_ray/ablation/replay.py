@@ -163,7 +163,7 @@ def _evaluate_clients(
             ctx,
             saved.heads[position] if cached else initial_head,
             saved.global_encoder,
-            own_encoder=saved.encoders[position] if cached else None,
+            own_encoder=saved.encoders[position] if cached and ctx.protocol.eval_local_reference else None,
             prototypes=prototypes if cached else None,
             membership=summary.memberships[client_id] if cached else None,
             group=summary.group_labels[client_id] if cached else None,

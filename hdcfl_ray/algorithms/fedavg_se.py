@@ -130,7 +130,8 @@ class FedAvgSE(AlgorithmDefaults):
     @staticmethod
     def shared_encoder_references(ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> dict[str, Any]:
         own_upload = task.payload.get("own_upload")
-        return shared_encoder_scores(ctx, state.head, objects["global"], None if own_upload is None else own_upload["encoder"])
+        wanted = own_upload is not None and ctx.protocol.eval_local_reference
+        return shared_encoder_scores(ctx, state.head, objects["global"], own_upload["encoder"] if wanted else None)
 
 
 METHOD = MethodSpec(

@@ -136,7 +136,7 @@ class HDCFL(FedAvgSE):
             ctx,
             state.head,
             objects["global"],
-            own_encoder=None if own_upload is None else own_upload["encoder"],
+            own_encoder=own_upload["encoder"] if own_upload is not None and ctx.protocol.eval_local_reference else None,
             prototypes=objects.get("prototypes"),
             membership=task.payload.get("membership"),
             group=task.payload.get("group"),

@@ -188,6 +188,11 @@ class ProtocolConfig(Section):
     eval_every: int = Field(
         1, ge=1, description="evaluate every client every N rounds (and at the last round and each refresh)"
     )
+    eval_local_reference: bool = Field(
+        True,
+        description="shared-encoder methods also score each client's own last-trained encoder (the 'local' "
+        "reference); false skips that pass over every test set",
+    )
     availability: AvailabilityConfig = Field(AvailabilityConfig(), description="which clients are online in a round")
     system: SystemConfig = Field(
         SystemConfig(), description="virtual clock: an update lasts samples / speed + delay virtual seconds"

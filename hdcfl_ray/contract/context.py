@@ -33,11 +33,12 @@ class ModelParts(Protocol):
 
 
 class TrainingSettings(Protocol):
-    """The protocol settings a client trains with."""
+    """The protocol settings a client trains and is scored with."""
 
     local_epochs: int
     batch_size: int
     optimizer: OptimizerConfig
+    eval_local_reference: bool  # score the client's own last-trained encoder too (shared-encoder methods)
 
 
 class ClientContext(Protocol):
