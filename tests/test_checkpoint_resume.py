@@ -54,6 +54,18 @@ def test_a_checkpoint_naming_the_runtime_modules_before_their_move_still_decodes
     assert Decoder({}).decode(encoded) == UploadMeta(3, 10, 0.5, 2, {}, True)
 
 
+def test_a_checkpoint_naming_the_contract_values_by_their_old_module_still_decodes():
+    """Every server state holds ModelParams; before hdcfl_ray/contract they lived in algorithms/base.py."""
+    from hdcfl_ray.contract import ModelParams
+
+    params = ModelParams(np.arange(3, dtype=np.float32), np.ones(2, dtype=np.float32))
+    encoder = Encoder()
+    encoded = encoder.encode(params)
+    encoded["__dataclass__"] = "hdcfl_ray.algorithms.base:ModelParams"
+    decoded = Decoder(encoder.arrays).decode(encoded)
+    assert isinstance(decoded, ModelParams) and np.array_equal(decoded.encoder, params.encoder)
+
+
 class StopAfterRound(QuietObserver):
     def __init__(self, round_index: int) -> None:
         self.round_index = round_index

@@ -18,8 +18,11 @@ import numpy as np
 
 PACKAGE = "hdcfl_ray."
 # Modules whose dataclasses a checkpoint holds, by the name a checkpoint written before
-# hdcfl_ray/runtime was laid out by concept gives them: such a run still resumes.
+# hdcfl_ray/runtime was laid out by concept, or before the method contract became its
+# own layer (algorithms/base.py), gives them: such a run still resumes.
 MOVED_MODULES = {
+    "hdcfl_ray.algorithms.base": "hdcfl_ray.contract.values",
+    "hdcfl_ray.algorithms.ala": "hdcfl_ray.algorithms.fedala_weights",
     "hdcfl_ray.runtime.async_server": "hdcfl_ray.runtime.server.async_server",
     "hdcfl_ray.runtime.host_pool": "hdcfl_ray.runtime.server.host_pool",
     "hdcfl_ray.runtime.messages": "hdcfl_ray.runtime.server.messages",
