@@ -34,6 +34,8 @@ def final_global(runtime: dict) -> np.ndarray:
 def test_bf16_autocast_trains_reproducibly_with_float32_weights_and_changes_the_arithmetic() -> None:
     fp32 = final_global({"precision": "fp32"})
     bf16 = final_global({"precision": "bf16"})
+    assert np.array_equal(fp32, final_global({}))  # fp32 is the default, the same bits
+    assert np.array_equal(fp32, final_global({"precision": "fp32"}))  # and bit-stable run to run
     assert bf16.dtype == np.float32 and np.isfinite(bf16).all()
     assert np.array_equal(bf16, final_global({"precision": "bf16"}))  # same bits twice
     assert not np.array_equal(bf16, fp32)  # autocast was on
