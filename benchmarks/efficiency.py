@@ -38,7 +38,9 @@ def cifar_path(explicit: str | None) -> Path:
     return path
 
 
-def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backend: str, out_dir: Path, runtime: dict | None = None):
+def build_scenario(
+    path: Path, images: int, rounds: int, batch_size: int, backend: str, out_dir: Path, runtime: dict | None = None, encoder: str = "small_cnn"
+):
     from hdcfl_ray.config.loading import build_scenario as build
 
     return build(
@@ -47,7 +49,7 @@ def build_scenario(path: Path, images: int, rounds: int, batch_size: int, backen
             "seed": 42,
             "dataset": {"name": "parquet_images", "path": str(path), "max_train_samples": images, "max_test_samples": 2000},
             "partition": {"kind": "iid", "num_clients": CLIENTS},
-            "model": {"encoder": "small_cnn", "width": 16, "feature_dim": 64},
+            "model": {"encoder": encoder, "width": 16, "feature_dim": 64} if encoder == "small_cnn" else {"encoder": encoder},
             "algorithm": {"name": "fedavg_se"},
             # evaluated once, after the last round: the figure is about training throughput
             "protocol": {"rounds": rounds, "local_epochs": 1, "batch_size": batch_size, "eval_every": rounds,
@@ -119,6 +121,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--backend", choices=["auto", "ray", "local"], default="auto")
     parser.add_argument("--cifar", default=None)
+    parser.add_argument("--encoder", default="small_cnn", choices=["small_cnn", "resnet18_cifar"],
+                        help="resnet18_cifar: the compute-bound ResNet-18 case (use fewer --images)")
     parser.add_argument("--runtime", nargs="*", default=[], metavar="KEY=VALUE",
                         help="runtime settings of the simulation, e.g. torch_threads=2 channels_last=true precision=bf16")
     parser.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
@@ -127,7 +131,7 @@ def main() -> None:
     from hdcfl_ray.runtime.driver import prepare_run
 
     with tempfile.TemporaryDirectory(prefix="hdcfl-efficiency-") as work:
-        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work), runtime_overrides(args.runtime)))
+        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work), runtime_overrides(args.runtime), args.encoder))
         # The plain loop runs before and after the simulation and the faster of the two
         # counts: the machine's speed drifts, and the limit should not be understated.
         plain_before, plain_samples = plain_loop(prepared, args.rounds, args.batch_size)
@@ -138,7 +142,7 @@ def main() -> None:
     simulated_sps = result["samples"] / result["rounds_s"]
     rows = [
         {
-            "backend": args.backend + "".join(f" {pair}" for pair in args.runtime),
+            "backend": args.backend + "".join(f" {pair}" for pair in args.runtime) + ("" if args.encoder == "small_cnn" else f" {args.encoder}"),
             "samples": plain_samples,
             "plain_loop_samples_per_s": plain_sps,
             "plain_loop_runs": f"{plain_before:.0f} / {plain_after:.0f}",
