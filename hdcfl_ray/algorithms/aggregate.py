@@ -12,6 +12,8 @@ from typing import Callable, Sequence, TypeVar, overload
 
 import numpy as np
 
+from hdcfl_ray.contract import ModelParams
+
 Item = TypeVar("Item")
 
 
@@ -87,3 +89,12 @@ def weighted_average(vectors: Sequence[np.ndarray] | np.ndarray, weights: Sequen
 
 
 _BLOCK = 1 << 16  # 64 Ki floats: 512 KiB of float64 scratch, fits in L2
+
+
+def weighted_average_model(items: Sequence[Item], read: Callable[[Item], ModelParams], weights: Sequence[float]) -> ModelParams:
+    """The weighted average of the full models `read(item)` (encoder and head, each one
+    `weighted_average` in the given order), reading one item's model at a time."""
+    return ModelParams(
+        encoder=weighted_average(LazyColumn(items, lambda item: read(item).encoder), weights),
+        head=weighted_average(LazyColumn(items, lambda item: read(item).head), weights),
+    )

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.algorithms.aggregate import weighted_average_model
 from hdcfl_ray.contract import ClientContext, ModelParams, Upload
 
 # Key under which a clustered method's client uploads its trained full model.
@@ -91,10 +91,7 @@ def average_within_clusters(models: Sequence[ModelParams], members: Sequence[Clu
         if not own:
             continue
         weights = [member.num_samples for member in own]
-        updated[cluster] = ModelParams(
-            encoder=weighted_average(LazyColumn(own, lambda member: member.model.encoder), weights),
-            head=weighted_average(LazyColumn(own, lambda member: member.model.head), weights),
-        )
+        updated[cluster] = weighted_average_model(own, lambda member: member.model, weights)
     return updated
 
 

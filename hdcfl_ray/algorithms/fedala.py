@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.algorithms.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedala_weights import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
@@ -85,10 +85,7 @@ class FedALA(AlgorithmDefaults):
             return RoundNotes(events=tuple(events))
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
         weights = [u.num_samples for u in ordered]
-        state.model = ModelParams(
-            encoder=weighted_average(LazyColumn(ordered, lambda u: u.models["model"].encoder), weights),
-            head=weighted_average(LazyColumn(ordered, lambda u: u.models["model"].head), weights),
-        )
+        state.model = weighted_average_model(ordered, lambda u: u.models["model"], weights)
         # The start phase can stall; the epoch counts show how often it hit its cap.
         epochs = ", ".join(f"{u.client_id}:{int(u.values.get('ala_epochs', 0))}" for u in ordered)
         events.append(f"fedala: ALA weight-learning epochs per participant (client:epochs) {epochs}")

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.algorithms.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
 
@@ -38,10 +38,7 @@ class FedAvg(AlgorithmDefaults):
         if uploads:
             ordered = sorted(uploads, key=lambda upload: upload.client_id)
             weights = [u.num_samples for u in ordered]
-            state.model = ModelParams(
-                encoder=weighted_average(LazyColumn(ordered, lambda u: u.models["model"].encoder), weights),
-                head=weighted_average(LazyColumn(ordered, lambda u: u.models["model"].head), weights),
-            )
+            state.model = weighted_average_model(ordered, lambda u: u.models["model"], weights)
         return RoundNotes()
 
     # ---- asynchronous mode: encoder and head mixed as one vector ----

@@ -61,7 +61,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.algorithms.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
@@ -156,12 +156,7 @@ def aggregate_components(components: list[ModelParams], uploads: list[Upload]) -
         if not contributors or sum(weights) <= 0.0:
             updated.append(component)
             continue
-        updated.append(
-            ModelParams(
-                encoder=weighted_average(LazyColumn(contributors, lambda u: u.models[name].encoder), weights),
-                head=weighted_average(LazyColumn(contributors, lambda u: u.models[name].head), weights),
-            )
-        )
+        updated.append(weighted_average_model(contributors, lambda u: u.models[name], weights))
     return updated, masses
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.algorithms.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
@@ -180,10 +180,7 @@ class FedSoft(AlgorithmDefaults):
             if not members:
                 events.append(f"fedsoft: centre {s} has no contributing upload this round; unchanged")
                 continue
-            state.centres[s] = ModelParams(
-                encoder=weighted_average(LazyColumn(members, lambda k: by_client[k].models["model"].encoder), weights),
-                head=weighted_average(LazyColumn(members, lambda k: by_client[k].models["model"].head), weights),
-            )
+            state.centres[s] = weighted_average_model(members, lambda k: by_client[k].models["model"], weights)
         return RoundNotes(events=tuple(events))
 
     def evaluation_task(self, state: FedSoftState, round_index: int, client_id: int, final: bool) -> ClientTask:
