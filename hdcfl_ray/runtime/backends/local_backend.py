@@ -31,7 +31,7 @@ class LocalBackend:
         hosts = max(1, self.threads // torch_threads_per_host(scenario.runtime))
         self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition), hosts=hosts)
         self.num_hosts = len(self.run.hosts)
-        self.client_hosts = dict(self.run.client_hosts)
+        self.client_hosts = dict(self.run.server.client_hosts)
 
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.run.server, method)(*args)

@@ -15,7 +15,7 @@ spread over workers).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.contract import Method, ModelParams
@@ -36,10 +36,13 @@ class InProcessRun:
     tests step through rounds with `run_round` and `run_all`."""
 
     server: FederatedServer
-    host: ClientHost  # the first (with one host: the host of every client)
     algorithm: Method
-    hosts: list[ClientHost] = field(default_factory=list)
-    client_hosts: dict[int, int] = field(default_factory=dict)
+    hosts: list[ClientHost]  # client -> host index: server.client_hosts
+
+    @property
+    def host(self) -> ClientHost:
+        """The first host (with one host: the host of every client)."""
+        return self.hosts[0]
 
     def close(self) -> None:
         close = getattr(self.server.transport, "close", None)
@@ -82,7 +85,7 @@ def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1) ->
     independent = independent_initialisations(scenario, dataset, algorithm.independent_inits)
     settings = build_server_settings(scenario, prepared.partition)
     count = max(1, min(hosts, settings.num_clients))
-    client_hosts = assign_clients(settings.num_clients, count) if count > 1 else {k: 0 for k in range(settings.num_clients)}
+    client_hosts = assign_clients(settings.num_clients, count)
     clients_of_host: list[list] = [[] for _ in range(count)]
     for client in prepared.partition.clients:
         clients_of_host[client_hosts[client.client_id]].append(client)
@@ -100,4 +103,4 @@ def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1) ->
         settings,
         transport=InProcessTransport() if count == 1 else ThreadedTransport(),
     )
-    return InProcessRun(server=server, host=host_list[0], algorithm=algorithm, hosts=host_list, client_hosts=client_hosts)
+    return InProcessRun(server=server, algorithm=algorithm, hosts=host_list)
