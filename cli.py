@@ -88,11 +88,11 @@ def simulate(
         if resume is not None:
             if scenario_file is not None or out is not None:
                 raise ScenarioError("--resume RUN_DIR takes neither a scenario file nor --out: the run directory holds both")
-            from hdcfl_ray.sweep.changes import may_differ
+            from hdcfl_ray.sweep.changes import ARITHMETIC_KEYS, may_differ
 
             if any(not may_differ(text.partition("=")[0].strip()) for text in overrides or []):
                 raise ScenarioError(
-                    "--resume: only runtime.* keys may be overridden, except runtime.precision and runtime.channels_last "
+                    f"--resume: only runtime.* keys may be overridden, except {' and '.join(ARITHMETIC_KEYS)} "
                     "(the run's results must not change)"
                 )
             scenario = resumable_run(resume)

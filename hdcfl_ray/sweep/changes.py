@@ -25,7 +25,7 @@ from hdcfl_ray.sweep.grid import SweepRun
 RERUN_SAFE_PREFIXES = ("runtime.",)
 RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every"})
 # runtime keys that change the arithmetic itself, so a run's rounds must all share them
-ARITHMETIC_KEYS = frozenset({"runtime.precision", "runtime.channels_last"})
+ARITHMETIC_KEYS = ("runtime.precision", "runtime.channels_last")
 REPLACE_OPTION = "--replace-changed"
 
 _ABSENT = object()
@@ -137,7 +137,7 @@ def settings_changed_message(changed: list[ChangedRun], out: Path) -> str:
     lines = [f"sweep {out}: {len(changed)} run(s) on disk were made with other settings; nothing was run."]
     for item in changed:
         lines.extend(item.describe())
-    safe = f"runtime.* (but {' and '.join(sorted(ARITHMETIC_KEYS))}), " + " and ".join(sorted(RERUN_SAFE_KEYS))
+    safe = f"runtime.* (but {' and '.join(ARITHMETIC_KEYS)}), " + " and ".join(sorted(RERUN_SAFE_KEYS))
     lines.append(
         "Skipping or resuming them would mix two settings under one name. Rerun with the settings they were made with, "
         f"give a new --out, or add {REPLACE_OPTION} to start these runs afresh (their old folders are moved to "
