@@ -349,7 +349,11 @@ def test_a_deleted_manifest_is_written_anew_by_resume(tmp_path, local_reference)
     _assert_same_client_metrics(local_reference, stopped)
 
 
-def test_resume_refuses_to_change_a_setting_that_is_not_a_runtime_key(tmp_path):
+@pytest.mark.parametrize(
+    "override, said",
+    [("protocol.optimizer.lr=0.01", "only runtime.* keys"), ("runtime.precision=bf16", "except runtime.precision")],
+)
+def test_resume_refuses_a_setting_that_would_change_the_results(tmp_path, override, said):
     from typer.testing import CliRunner
 
     from cli import app
@@ -357,9 +361,9 @@ def test_resume_refuses_to_change_a_setting_that_is_not_a_runtime_key(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(__import__("yaml").safe_dump(tiny_scenario()))
-    result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--set", "protocol.optimizer.lr=0.01"])
+    result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--set", override])
     assert result.exit_code == 2, result.output
-    assert "only runtime.* keys" in result.output
+    assert said in result.output
 
 
 def test_a_run_killed_while_writing_its_scenario_does_not_block_the_same_out_again(tmp_path):
@@ -369,16 +373,3 @@ def test_a_run_killed_while_writing_its_scenario_does_not_block_the_same_out_aga
     run_dir.mkdir()
     (run_dir / ".scenario.yaml.tmp").write_text("name: tin")  # killed before the rename
     claim_run_dir(run_dir)  # no error: nothing of a run is there yet
-
-
-def test_resume_refuses_another_precision(tmp_path):
-    from typer.testing import CliRunner
-
-    from cli import app
-
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "scenario.yaml").write_text(__import__("yaml").safe_dump(tiny_scenario()))
-    result = CliRunner().invoke(app, ["simulate", "--resume", str(run_dir), "--set", "runtime.precision=bf16"])
-    assert result.exit_code == 2, result.output
-    assert "except runtime.precision" in result.output

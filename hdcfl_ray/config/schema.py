@@ -257,16 +257,9 @@ class RuntimeConfig(Section):
         "127.0.0.1", description="a private Ray serves the dashboard on loopback only (other addresses are refused)"
     )
 
-    @field_validator("torch_threads")
+    @field_validator("clients_per_actor", "torch_threads")
     @classmethod
-    def _positive_threads(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("use an integer >= 1 or 'auto'")
-        return value
-
-    @field_validator("clients_per_actor")
-    @classmethod
-    def _positive_packing(cls, value: int | str) -> int | str:
+    def _positive_or_auto(cls, value: int | str) -> int | str:
         if isinstance(value, int) and value < 1:
             raise ValueError("use an integer >= 1 or 'auto'")
         return value
