@@ -1,0 +1,66 @@
+"""The reference runs whose per-client numbers are pinned bit for bit in
+tests/golden/: a shortened quickstart (digits, rotation, seed 42) per method.
+`python -m tests.bit_reference` rewrites the golden file; do that only for a
+change meant to alter results, and say so in the commit."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+GOLDEN = Path(__file__).parent / "golden" / "quickstart-seed42-3rounds.json"
+QUICKSTART = Path(__file__).parents[1] / "scenarios" / "quickstart.yaml"
+COLUMNS = ("round", "client_id", "accuracy", "loss", "train_loss")
+# short, but long enough for every method's server-side step: HDC-FL refreshes
+# from round 1, FedSoft re-estimates importance, FedBABU fine-tunes at the end
+OVERRIDES = {
+    "protocol.rounds": 3,
+    "protocol.participation": 0.5,
+    "algorithm.hdcfl.activation_round": 1,
+    "algorithm.hdcfl.refresh_every": 1,
+    "runtime.backend": "local",
+}
+
+
+def _exact(value: object) -> object:
+    return float(value).hex() if isinstance(value, float) else value
+
+
+def quickstart_rows(method: str, run_dir: Path) -> list[list[object]]:
+    """(round, client, accuracy, loss, train_loss) of every scored client, floats as hex."""
+    import yaml
+
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.logs.table_writer import read_table
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+    from hdcfl_ray.terminal.live_view import QuietObserver
+
+    raw = yaml.safe_load(QUICKSTART.read_text())
+    raw["algorithm"]["name"] = method
+    for dotted, value in OVERRIDES.items():
+        section, _, key = dotted.rpartition(".")
+        node = raw
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        node[key] = value
+    run_simulation(prepare_run(build_scenario(raw)), run_dir, QuietObserver())
+    clients = read_table(run_dir, "clients").to_pydict()
+    rows = sorted(zip(*(clients[column] for column in COLUMNS)))
+    return [[_exact(value) for value in row] for row in rows]
+
+
+def main(methods: list[str]) -> None:
+    from hdcfl_ray.algorithms.registry import method_names
+
+    golden = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for method in methods or method_names():
+            golden[method] = quickstart_rows(method, Path(scratch) / method)
+            print(method, len(golden[method]), "rows", flush=True)
+    GOLDEN.write_text(json.dumps(golden, indent=0) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
