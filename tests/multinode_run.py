@@ -1,7 +1,8 @@
 """Run one scenario on a two-node `ray.cluster_utils.Cluster` (separate process:
-the test session already holds a single-node Ray). Each node declares one CPU and
-one virtual GPU; with `num_gpus_per_actor: 0.5` two host actors fit per node, so
-four hosts must use both nodes.
+the test session already holds a single-node Ray). Each node declares one CPU;
+with `num_cpus_per_actor: 0.5` two host actors fit per node, so four hosts must
+use both nodes. (No virtual GPUs: a host granted a GPU trains on it, and these
+nodes have none.)
 
     python -m tests.multinode_run SCENARIO.yaml RUN_DIR RESULT.json
 """
@@ -22,9 +23,9 @@ from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 def main(scenario_path: str, run_dir: str, result_path: str) -> None:
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "num_gpus": 1, "include_dashboard": False},
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
     )
-    cluster.add_node(num_cpus=1, num_gpus=1)
+    cluster.add_node(num_cpus=1)
     try:
         ray.init(address=cluster.address, logging_level="ERROR", configure_logging=True)
         cluster.wait_for_nodes()

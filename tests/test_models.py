@@ -395,6 +395,8 @@ def test_momentum_sgd_takes_the_same_steps_as_torch_sgd() -> None:
 
     for momentum, weight_decay in ((0.9, 5e-4), (0.0, 0.0), (0.5, 0.0)):
         ours = trained(lambda params: MomentumSGD(params, lr=0.05, momentum=momentum, weight_decay=weight_decay))
-        reference = trained(lambda params: torch.optim.SGD(params, lr=0.05, momentum=momentum, weight_decay=weight_decay))
-        for mine, theirs in zip(ours, reference):
-            assert torch.equal(mine, theirs)
+        # our foreach step against torch's per-tensor loop and its foreach path: the same bits on CPU
+        for foreach in (False, True):
+            reference = trained(lambda params: torch.optim.SGD(params, lr=0.05, momentum=momentum, weight_decay=weight_decay, foreach=foreach))
+            for mine, theirs in zip(ours, reference):
+                assert torch.equal(mine, theirs)

@@ -1,4 +1,4 @@
-"""Placement across two Ray nodes with a fractional (virtual) GPU per host actor,
+"""Placement across two Ray nodes with half a CPU per host actor,
 and the same per-client metrics as a run in one process."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _metrics(run_dir: Path) -> list[tuple]:
 
 def test_hosts_spread_over_two_nodes_and_metrics_match_one_process(tmp_path: Path, write_scenario) -> None:
     data = tiny_scenario(
-        runtime={"clients_per_actor": 2, "num_cpus_per_actor": 0.5, "num_gpus_per_actor": 0.5},
+        runtime={"clients_per_actor": 2, "num_cpus_per_actor": 0.5},
         protocol={"rounds": 3, "participation": 0.75, "local_epochs": 1, "batch_size": 32},
     )
     path = write_scenario(data)
@@ -42,7 +42,7 @@ def test_hosts_spread_over_two_nodes_and_metrics_match_one_process(tmp_path: Pat
     assert manifest["runtime"]["backend"] == "ray" and manifest["runtime"]["nodes"] == 2
     assert manifest["num_client_hosts"] == 4
     assert manifest["runtime"]["torch_threads_per_host"] == 1  # half a CPU still trains on one thread
-    # two 0.5-GPU hosts per one-GPU node: the four hosts must use both nodes
+    # two half-CPU hosts per one-CPU node: the four hosts must use both nodes
     assert sorted(set(manifest["client_host_nodes"])) == result["cluster_nodes"]
 
     # Bit-identical results need the same torch thread count (a matmul's reduction

@@ -51,13 +51,13 @@ def test_fp16_without_a_gpu_share_is_refused_before_anything_runs() -> None:
 
 
 def test_a_host_without_cuda_refuses_fp16_with_the_key_and_the_alternative() -> None:
-    """The host's own check (a cluster's worker can lack the GPU its share promised)."""
+    """The host's own check, for settings that skipped the scenario's validation."""
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: fp16 is allowed")
     from hdcfl_ray.runtime.backends.local_host import local_host
 
     prepared = prepare_run(build_scenario(tiny_scenario(algorithm={"name": "fedavg"})))
-    runtime = prepared.scenario.runtime.model_copy(update={"precision": "fp16", "num_gpus_per_actor": 0.5})
+    runtime = prepared.scenario.runtime.model_copy(update={"precision": "fp16"})
     prepared = type(prepared)(scenario=prepared.scenario.model_copy(update={"runtime": runtime}), dataset=prepared.dataset, partition=prepared.partition)
     with pytest.raises(ValueError, match=r"runtime\.precision: fp16 needs a CUDA device.*bf16"):
         local_host(prepared)
@@ -84,7 +84,10 @@ def test_the_manifest_records_each_hosts_device_precision_threads_and_layout(tmp
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     hosts = manifest["client_host_hardware"]
     assert len(hosts) == manifest["num_client_hosts"] >= 1
-    assert all(host == {"device": "cpu", "precision": "bf16", "torch_threads": 1, "channels_last": True} for host in hosts)
+    expected = {"device": "cpu", "precision": "bf16", "torch_threads": 1, "channels_last": True}
+    assert all({key: host[key] for key in expected} == expected for host in hosts)
+    # a CPU host has no GPU facts, and outside Ray no grant
+    assert all(host["gpu_name"] is None and host["cuda_version"] is None and host["granted_gpu_ids"] is None for host in hosts)
     assert manifest["runtime"]["torch_threads_per_host"] == 1
 
 

@@ -64,10 +64,11 @@ def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     from hdcfl_ray.runtime.backends.choice import choose_backend
 
     _check_resource_shares(runtime)
+    share_notices = _gpu_share_notices(runtime)
     if choose_backend(runtime) == "local":
-        return _check_local_backend(runtime)
+        return [*share_notices, *_check_local_backend(runtime)]
     where = ray_placement(runtime)
-    notices = _dashboard_notices(runtime, where)
+    notices = [*share_notices, *_dashboard_notices(runtime, where)]
     if where == "private":
         _check_dashboard(runtime)
     capacity = planned_capacity(runtime, where)
@@ -114,9 +115,14 @@ def _check_local_backend(runtime: RuntimeConfig) -> list[str]:
         )
     notices = []
     if runtime.num_gpus_per_actor > 0:
+        # the local backend's hosts train on the GPU the scenario asks for: refuse now
+        # (same message as the host's) if there is none to use, before any data loads
+        from hdcfl_ray.runtime.client.device import choose_device
+
+        choose_device(runtime)
         notices.append(
-            f"runtime.num_gpus_per_actor: {runtime.num_gpus_per_actor:g} has no effect with the local backend (it trains "
-            "on a GPU when torch sees one, else on the CPU); GPU shares need runtime.backend: ray"
+            f"runtime.num_gpus_per_actor: {runtime.num_gpus_per_actor:g}: the local backend's hosts train on this "
+            "process's first GPU, all of them, without shares; runtime.backend: ray packs hosts by their share"
         )
     if runtime.include_dashboard:
         notices.append("runtime.include_dashboard: the local backend starts no Ray, so there is no dashboard; set runtime.backend: ray")
@@ -207,6 +213,16 @@ def _check_resource_shares(runtime: RuntimeConfig) -> None:
             f"runtime.num_gpus_per_actor: {share:g}: a share above one GPU must be a whole number "
             "(Ray splits single GPUs only); use a fraction such as 0.5 or a whole number"
         )
+
+
+def _gpu_share_notices(runtime: RuntimeConfig) -> list[str]:
+    share = runtime.num_gpus_per_actor
+    if share <= 1:
+        return []
+    return [
+        f"runtime.num_gpus_per_actor: {share:g} reserves {share:g} GPUs per host, but a host trains on one of "
+        f"them; the other {share - 1:g} sit idle. Use 1 (or a fraction) and more hosts to use more GPUs"
+    ]
 
 
 def _check_dashboard(runtime: RuntimeConfig) -> None:

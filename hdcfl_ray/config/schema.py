@@ -226,7 +226,10 @@ class RuntimeConfig(Section):
     max_actors: int | None = Field(None, ge=1, description="cap on client host actors; null = as many as resources allow")
     num_cpus_per_actor: float = Field(1.0, gt=0.0, description="CPUs reserved per client host actor")
     num_gpus_per_actor: float = Field(
-        0.0, ge=0.0, description="GPUs per client host actor; fractions allowed: 0.25 packs four actors per GPU"
+        0.0,
+        ge=0.0,
+        description="GPUs per client host; a host trains on CUDA exactly when it has a share (0 = CPU, even on a "
+        "GPU node); a fraction packs hosts on one GPU (0.25 = four), a host uses one GPU",
     )
     num_cpus: int | None = Field(
         None, ge=1, description="CPUs of a private Ray instance, or that the local backend's hosts use; null = all cores"
@@ -245,6 +248,21 @@ class RuntimeConfig(Section):
         "fp32",
         description="local training's arithmetic: fp32 (bit-stable default); bf16 or fp16 (CUDA only) autocast with "
         "float32 weights and aggregation; auto = bf16 where the CPU/GPU runs it natively, else fp32",
+    )
+    cuda_deterministic: bool = Field(
+        True,
+        description="CUDA hosts: deterministic cuDNN/cuBLAS kernels, so a rerun gives the same bits (false = "
+        "cudnn.benchmark's fastest kernels, results that vary run to run); no effect on CPU",
+    )
+    cuda_tf32: bool = Field(
+        False,
+        description="CUDA hosts: TF32 matmuls and convolutions on Ampere and newer (faster, about 1e-3 relative "
+        "error per product); false = full float32; no effect on CPU",
+    )
+    cuda_memory_cap: bool = Field(
+        False,
+        description="CUDA hosts with a fractional share: cap each host's GPU memory at its share "
+        "(num_gpus_per_actor x the GPU's memory), so hosts packed on one GPU cannot starve each other",
     )
     # the replaced actor's clients' states come from the server, so results do not change
     max_restarts: int = Field(

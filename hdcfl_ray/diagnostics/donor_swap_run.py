@@ -82,10 +82,11 @@ def _score_chunk(prepared, positions, client_ids, heads, encoders, round_index, 
 
 
 def swap_matrices_on_ray(prepared, client_ids, heads, encoders, round_index, max_test_samples, workers: int):
-    """The same matrices, targets split over `workers` Ray tasks (one CPU each)."""
+    """The same matrices, targets split over `workers` Ray tasks (one CPU each, and the
+    run's GPU share: a task scores on the GPU exactly when Ray grants it one)."""
     import ray
 
-    score_chunk = ray.remote(num_cpus=1)(_score_chunk)
+    score_chunk = ray.remote(num_cpus=1, num_gpus=prepared.scenario.runtime.num_gpus_per_actor)(_score_chunk)
     shared = [ray.put(value) for value in (prepared, client_ids, heads, encoders)]
     chunks = [list(chunk) for chunk in np.array_split(np.arange(len(client_ids)), max(1, min(workers, len(client_ids)))) if len(chunk)]
     futures = [score_chunk.remote(shared[0], chunk, shared[1], shared[2], shared[3], round_index, max_test_samples) for chunk in chunks]

@@ -25,7 +25,7 @@ from hdcfl_ray.sweep.grid import SweepRun
 RERUN_SAFE_PREFIXES = ("runtime.",)
 RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every"})
 # runtime keys that change the arithmetic itself, so a run's rounds must all share them
-ARITHMETIC_KEYS = ("runtime.precision", "runtime.channels_last")
+ARITHMETIC_KEYS = ("runtime.precision", "runtime.channels_last", "runtime.cuda_deterministic", "runtime.cuda_tf32")
 REPLACE_OPTION = "--replace-changed"
 
 _ABSENT = object()

@@ -33,7 +33,11 @@ SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 def _quiet_ray_environment() -> None:
     # Ray warns loudly about things a simulator user cannot act on.
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    # Workers Ray granted no GPU see none (CUDA_VISIBLE_DEVICES=""): a host or task that
+    # asked for no GPU cannot open a CUDA context behind Ray's accounting. Hosts choose
+    # their device from the grant anyway (runtime/client/device.py); this makes it hold
+    # for everything else a worker runs too.
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
 
 
 @contextmanager

@@ -139,7 +139,7 @@ class HostClientContext:
         self.load(params, head)
         inputs, _ = data if data is not None else self.test_data()
         if int(inputs.shape[0]) == 0:
-            return torch.zeros(0)
+            return torch.zeros(0, device=inputs.device)
         return torch.softmax(self._logits(inputs), dim=1)
 
     def _logits(self, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
@@ -156,7 +156,7 @@ def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor, 
     num_samples = int(labels.shape[0])
     if num_samples == 0:
         return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
-    picked = probabilities[torch.arange(num_samples), labels].clamp_min(1e-12)
+    picked = probabilities[torch.arange(num_samples, device=labels.device), labels].clamp_min(1e-12)
     accuracy = float((probabilities.argmax(dim=1) == labels).float().mean())
     own = float("nan")
     if own_classes is not None:

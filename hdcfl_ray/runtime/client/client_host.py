@@ -84,13 +84,17 @@ class ClientHost:
         import torch
 
         from hdcfl_ray.models import FlatIndex, build_split_model
+        from hdcfl_ray.runtime.client.device import choose_device, configure_cuda, granted_gpu_ids
         from hdcfl_ray.runtime.client.precision import resolve_precision
         from hdcfl_ray.runtime.client.tensor_cache import TensorCache
 
         torch.set_num_threads(torch_threads_per_host(scenario.runtime))
         self.scenario = scenario
         self.algorithm = algorithm
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # CUDA exactly when Ray granted this host GPU ids (or, outside Ray, the scenario asks for a GPU)
+        self.granted_gpu_ids = granted_gpu_ids()
+        self.device = choose_device(scenario.runtime, self.granted_gpu_ids)
+        configure_cuda(scenario.runtime, self.device)  # before the first CUDA operation
         self.precision = resolve_precision(scenario.runtime.precision, self.device)
         if self.precision == "fp16" and self.device.type != "cuda":
             raise ValueError(
@@ -137,8 +141,10 @@ class ClientHost:
         """What this host computes on, for the manifest."""
         import torch
 
+        from hdcfl_ray.runtime.client.device import device_facts
+
         return {
-            "device": str(self.device),
+            **device_facts(self.scenario.runtime, self.device, self.granted_gpu_ids).as_dict(),
             "precision": self.precision,
             "torch_threads": torch_threads_per_host(self.scenario.runtime),
             "channels_last": self.memory_format == torch.channels_last,
@@ -189,7 +195,7 @@ class ClientHost:
             inputs = to_float_batch(images[indices], client.rotation_degrees).to(self.device)
             if inputs.dim() == 4:
                 inputs = inputs.contiguous(memory_format=self.memory_format)
-            targets = torch.as_tensor(labels[indices], dtype=torch.long).to(self.device)
+            targets = torch.as_tensor(labels[indices], dtype=torch.long, device=self.device)
             return inputs, targets
 
         return self.tensors.get((client.client_id, split), build)
