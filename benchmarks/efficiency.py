@@ -12,6 +12,7 @@ Ray's and the process's start-up excluded, reported beside it).
 
     python benchmarks/efficiency.py
     python benchmarks/efficiency.py --backend ray --out docs/benchmarks.md
+    python benchmarks/efficiency.py --backend ray --runtime num_gpus_per_actor=0.25 --encoder resnet18_cifar  # a GPU machine
 """
 
 from __future__ import annotations
@@ -79,18 +80,24 @@ def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
     from hdcfl_ray.data.transforms import to_float_batch
     from hdcfl_ray.models import build_split_model
 
+    from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
+
     torch.set_num_threads(os.cpu_count() or 1)
+    # the device the simulation's hosts get (a GPU share: CUDA), with their CUDA settings
+    runtime = prepared.scenario.runtime
+    device = choose_device(runtime)
+    configure_cuda(runtime, device)
     dataset = prepared.dataset
-    model = build_split_model(prepared.scenario.model, in_channels=3, num_classes=dataset.num_classes, seed=0)
-    inputs = to_float_batch(dataset.train_images)
-    labels = torch.as_tensor(dataset.train_labels, dtype=torch.long)
+    model = build_split_model(prepared.scenario.model, in_channels=3, num_classes=dataset.num_classes, seed=0).to(device)
+    inputs = to_float_batch(dataset.train_images).to(device)
+    labels = torch.as_tensor(dataset.train_labels, dtype=torch.long, device=device)
     parameters = [*model.encoder.parameters(), *model.head.parameters()]
     optimizer = torch.optim.SGD(parameters, lr=0.05, momentum=0.9, weight_decay=5.0e-4)
     generator = torch.Generator().manual_seed(0)
     samples = 0
     started = time.perf_counter()
     for _ in range(rounds):
-        order = torch.randperm(inputs.shape[0], generator=generator)
+        order = torch.randperm(inputs.shape[0], generator=generator).to(device)
         for start in range(0, inputs.shape[0], batch_size):
             batch = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
@@ -98,6 +105,8 @@ def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
             loss.backward()
             optimizer.step()
             samples += int(batch.shape[0])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return samples / (time.perf_counter() - started), samples
 
 

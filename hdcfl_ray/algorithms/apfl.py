@@ -95,6 +95,8 @@ class APFL(FedAvg):
         from torch import nn
         from torch.func import functional_call
 
+        from hdcfl_ray.runtime.client.local_training import DeviceTally
+
         model = nn.Sequential(ctx.model.encoder, ctx.model.head)
         ctx.load(state.personal)
         personal = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -109,7 +111,8 @@ class APFL(FedAvg):
         count, batch = int(labels.shape[0]), ctx.protocol.batch_size
         rng = ctx.numpy_rng(BATCH_ORDER_STREAM)
         model.train()
-        loss_sum, steps, seen, nonfinite = 0.0, 0, 0, False
+        tally = DeviceTally(labels.device)  # the w pass's loss and both passes' finiteness, read once after the loop
+        steps, seen = 0, 0
         for _ in range(ctx.protocol.local_epochs):
             order = torch.as_tensor(rng.permutation(count), dtype=torch.long, device=labels.device)
             for start in range(0, count, batch):
@@ -127,10 +130,10 @@ class APFL(FedAvg):
                 with torch.no_grad():
                     shared = sgd_step(w, grads_w, momentum_w, lr, momentum, decay)
                     personal = sgd_step(v, grads_m, momentum_v, lr, momentum, decay)
-                    if self.params.adaptive:
+                    if self.params.adaptive:  # alpha's step needs its gradient on the host: one read per step
                         alpha = float(np.clip(alpha - self.params.alpha_lr * float(grads_m[-1]), 0.0, 1.0))
-                nonfinite = nonfinite or not bool(torch.isfinite(loss_w.detach())) or not bool(torch.isfinite(loss_m.detach()))
-                loss_sum += float(loss_w.detach()) * int(y.shape[0])
+                tally.add(loss_w, int(y.shape[0]))
+                tally.note_finite(loss_m)
                 steps += 1
                 seen += int(y.shape[0])
         ctx.count_training(2 * seen, 2 * steps)  # the w pass and the mixture pass
@@ -145,7 +148,7 @@ class APFL(FedAvg):
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=count,
-            train_loss=float("nan") if nonfinite else loss_sum / max(seen, 1),
+            train_loss=tally.total() / max(seen, 1) if tally.all_finite() else float("nan"),
             steps=steps,
             models={"model": global_update},
             values={"alpha": alpha},

@@ -86,6 +86,10 @@ class DeviceTally:
         self.finite &= torch.isfinite(loss)
         self.loss_sum += loss.double() * count
 
+    def note_finite(self, loss: torch.Tensor) -> None:
+        """Only the flag: a loss that must be finite but is not summed."""
+        self.finite &= torch.isfinite(loss.detach())
+
     def all_finite(self) -> bool:
         return bool(self.finite)  # one host-device sync
 
