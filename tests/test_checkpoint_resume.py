@@ -32,6 +32,19 @@ def test_codec_round_trips_package_dataclasses_arrays_and_special_floats(tmp_pat
     assert np.array_equal(restored["nested"][0]["x"], np.ones((2, 2)))
 
 
+def test_writable_copies_read_only_arrays_and_keeps_the_structure():
+    from hdcfl_ray.checkpoint.codec import writable
+
+    frozen = np.arange(4.0)
+    frozen.setflags(write=False)
+    kept = np.zeros(2)
+    state = {"params": ModelParams(encoder=frozen, head=None), "rows": [frozen, (frozen, 3)], "kept": kept, "n": 2}
+    thawed = writable(state)
+    assert thawed["params"].encoder.flags.writeable and np.array_equal(thawed["params"].encoder, frozen)
+    assert thawed["rows"][0].flags.writeable and thawed["rows"][1][0].flags.writeable and thawed["rows"][1][1] == 3
+    assert thawed["kept"] is kept and thawed["n"] == 2
+
+
 def test_codec_refuses_classes_outside_the_package():
     @dataclasses.dataclass
     class Foreign:
@@ -79,8 +92,10 @@ METRICS = ("accuracy", "loss", "accuracy_global", "accuracy_local", "accuracy_pe
 
 
 @pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_resume_after_a_stop_gives_the_uninterrupted_metrics_without_duplicate_rows(tmp_path, mode):
+# FedSoft updates its server state in place after the resume (importance rows at round 4):
+# the restored state reaches the Ray server actor through the object store, read-only
+@pytest.mark.parametrize("mode, method", [("sync", "hdcfl"), ("async", "hdcfl"), ("sync", "fedsoft")])
+def test_resume_after_a_stop_gives_the_uninterrupted_metrics_without_duplicate_rows(tmp_path, mode, method):
     protocol = {"rounds": 5, "participation": 0.5}
     if mode == "async":
         protocol.update(mode="async", asynchronous={"concurrency": 3, "aggregation": "fedbuff", "buffer_size": 2}, system={"speed": {"kind": "lognormal", "mean": 4.0}})
@@ -88,7 +103,12 @@ def test_resume_after_a_stop_gives_the_uninterrupted_metrics_without_duplicate_r
         tiny_scenario(
             protocol=protocol,
             checkpoint={"every": 2},
-            algorithm={"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 1}},
+            algorithm={
+                "name": method,
+                "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 1},
+                "fedsoft": {"centers": 2, "selection": 3, "importance_every": 2},
+            },
+            runtime={"backend": "ray"},
         )
     )
     reference = tmp_path / "reference"
@@ -100,7 +120,7 @@ def test_resume_after_a_stop_gives_the_uninterrupted_metrics_without_duplicate_r
     assert pq.read_table(stopped / "rounds.parquet").num_rows == 3
     run_simulation(prepare_run(scenario), stopped, QuietObserver(), resume=True)
 
-    for table in ("clients", "rounds", "refresh", "updates"):
+    for table in ("clients", "rounds", "refresh", "updates") if method == "hdcfl" else ("clients", "rounds", "updates"):
         ref = pq.read_table(reference / f"{table}.parquet")
         got = pq.read_table(stopped / f"{table}.parquet")
         assert got.num_rows == ref.num_rows, table

@@ -111,6 +111,28 @@ class Decoder:
         return instance
 
 
+def writable(value: Any) -> Any:
+    """`value` with every read-only array replaced by a writable copy, its structure
+    (package dataclasses, dicts, lists, tuples) and everything else kept as is.
+
+    A snapshot that reaches a Ray actor as an argument arrives through the object
+    store, whose arrays are read-only views; a method that updates its state in
+    place (FedSoft's importance rows) must get arrays it can write."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.writeable else value.copy()
+    if isinstance(value, list):
+        return [writable(item) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(writable(item) for item in value)
+    if isinstance(value, dict):
+        return {key: writable(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and type(value).__module__.startswith(PACKAGE):
+        for field in dataclasses.fields(value):
+            object.__setattr__(value, field.name, writable(getattr(value, field.name)))
+        return value
+    return value
+
+
 def _hashable(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 

@@ -79,7 +79,10 @@ class FederatedServer:
         return {"state": self.state, "virtual_time": self.virtual_time, "client_states": dict(self.pool.state_refs)}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
-        self.state = snapshot["state"]
+        from hdcfl_ray.checkpoint.codec import writable
+
+        # on Ray the snapshot comes through the object store: its arrays are read-only
+        self.state = writable(snapshot["state"])
         self.virtual_time = snapshot["virtual_time"]
         self.pool.state_refs = dict(snapshot["client_states"])
 
