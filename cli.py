@@ -142,6 +142,38 @@ def simulate(
 
 
 @app.command()
+def pretrain(
+    scenario_file: Path = typer.Argument(..., help="Scenario whose dataset.pretrain_pool, model and optimizer to pretrain with."),
+    out: Path = typer.Option(..., "--out", help="Weights file to write (e.g. weights/c10-pool.pt); model.pretrained loads it."),
+    epochs: int = typer.Option(10, "--epochs", help="Passes over the pool."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Default: protocol.batch_size."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Default: protocol.optimizer.lr."),
+    transform: str = typer.Option("none", "--transform", help="none: the pool as stored; scenario: each image at one of the partition's rotation angles."),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Train an encoder and head centrally on the pretraining pool (training images no client holds) and save them."""
+    from hdcfl_ray.config import load_scenario
+    from hdcfl_ray.pretraining import EpochReport
+    from hdcfl_ray.pretraining import pretrain as run_pretraining
+
+    if transform not in ("none", "scenario"):
+        _fail_bad_input(ScenarioError(f"--transform: {transform!r}; use none or scenario"))
+
+    def show(report: EpochReport) -> None:
+        print(f"epoch {report.epoch}/{epochs}: train loss {report.train_loss:.4f}, test accuracy {100 * report.test_accuracy:.2f}%", flush=True)
+
+    try:
+        scenario = load_scenario(scenario_file, overrides or [])
+        summary = run_pretraining(scenario, out, epochs=epochs, batch_size=batch_size, lr=lr, transform=transform, progress=show)  # type: ignore[arg-type]
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    print(
+        f"wrote {summary.path}: {summary.pool_images} pool images, {len(summary.epochs)} epochs in {summary.seconds:.0f} s. "
+        f"Use it with --set model.pretrained={summary.path} and the same dataset.pretrain_pool."
+    )
+
+
+@app.command()
 def sweep(
     files: List[Path] = typer.Argument(..., help="Scenario files, or one sweep file (scenarios:, algorithms:, seeds:, set:)."),
     algorithms: Optional[str] = typer.Option(None, "--algorithms", help="Comma-separated methods, e.g. fedavg_se,hdcfl,ifca, or all (default: each scenario's own)."),

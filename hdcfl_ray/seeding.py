@@ -29,6 +29,8 @@ STREAM_TAGS: dict[str, int] = {
     "ifca_assignment": 0x1FCA,  # the fixed subset IFCA scores cluster models on (keys: client)
     "init": 0x1417,  # initial weights of the further models of cluster methods (keys: model)
     "kmeans": 0x6EA5,  # HDC-FL's k-means at a refresh (keys: refresh)
+    "pretrain_pool": 0x9001,  # which training images the pretraining pool holds (seed: dataset.pretrain_pool_seed)
+    "pretrain": 0x97E7,  # `hdcfl-ray pretrain`'s batch order and rotations (keys: epoch)
 }
 
 

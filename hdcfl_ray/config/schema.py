@@ -36,6 +36,16 @@ class DatasetConfig(Section):
     max_test_samples: int | None = Field(
         None, ge=1, description="keep only N test images, picked by a seeded shuffle; null = all"
     )
+    pretrain_pool: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="fraction of the training images held out of the partition for hdcfl-ray pretrain "
+        "(stratified; the same pool for every run seed); null = none",
+    )
+    pretrain_pool_seed: int = Field(
+        0, ge=0, description="fixes which images the pretraining pool holds (independent of the run's seed)"
+    )
     num_classes: int = Field(10, ge=2, description="synthetic only: number of classes")
     image_size: int = Field(16, ge=4, description="synthetic only: image side in pixels")
     channels: Literal[1, 3] = Field(3, description="synthetic only: channels per image")

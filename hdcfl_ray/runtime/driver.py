@@ -70,6 +70,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     from hdcfl_ray.config.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.data.partitions.checks import test_size_notices
     from hdcfl_ray.models.pretrained import check_pretrained
+    from hdcfl_ray.pretraining import check_pool_held_out
     from hdcfl_ray.runtime.server.virtual_clock import check_trace
 
     notices = check_runtime(scenario.runtime, scenario.partition.num_clients)
@@ -92,6 +93,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
         )
     notices += check_trace(scenario.protocol.system, scenario.partition.num_clients)
     check_pretrained(scenario.model, dataset.channels)
+    check_pool_held_out(scenario)
     try:
         partition = build_partition(
             scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
@@ -219,7 +221,13 @@ def _run_with(
     if resume and (run_dir / MANIFEST).is_file():
         update_manifest(run_dir, status="running", resumed_at=datetime.now().isoformat(timespec="seconds"))
     else:  # a new run, or a resumed one whose manifest was deleted (it was damaged): write it anew
-        extra: dict[str, Any] = {"status": "running", "dataset": _dataset_facts(prepared)}
+        from hdcfl_ray.pretraining import initialisation_facts
+
+        extra: dict[str, Any] = {
+            "status": "running",
+            "dataset": _dataset_facts(prepared),
+            "initialisation": initialisation_facts(prepared.scenario),  # seeded, or which pretrained file
+        }
         if resume:
             extra["manifest_rewritten_at_resume"] = datetime.now().isoformat(timespec="seconds")
         write_manifest(run_dir, seed=prepared.scenario.seed, scenario_name=prepared.scenario.name, extra=extra)
@@ -335,7 +343,8 @@ def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
     sizes = np.array([client.num_train for client in prepared.partition.clients])
     return {
         "name": dataset.name,
-        "train_samples": int(dataset.train_labels.shape[0]),
+        "train_samples": int(dataset.train_labels.shape[0]),  # after the pretraining pool is held out
+        "pretrain_pool": prepared.scenario.dataset.pretrain_pool,
         "test_samples": int(dataset.test_labels.shape[0]),
         "num_classes": dataset.num_classes,
         "image_shape": list(dataset.train_images.shape[1:]),

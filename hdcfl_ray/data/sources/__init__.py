@@ -16,13 +16,18 @@ from hdcfl_ray.data.sources.parquet_images import load_parquet_images
 from hdcfl_ray.data.sources.synthetic import make_synthetic
 from hdcfl_ray.errors import ScenarioError
 
-__all__ = ["dataset_num_classes_hint", "load_dataset"]
+__all__ = ["dataset_num_classes_hint", "load_dataset", "load_pretrain_pool"]
 
 
 def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
-    """Build the configured dataset, then keep at most max_train/test_samples of it (seeded)."""
+    """Build the configured dataset, hold out the pretraining pool (`dataset.pretrain_pool`),
+    then keep at most max_train/test_samples of the rest (seeded)."""
+    from hdcfl_ray.data.pretrain_pool import without_pool
+
     train_seed, test_seed = seeding.data_streams(seed)
     dataset = _load_source(config, seed, train_seed, test_seed)
+    if config.pretrain_pool is not None:
+        dataset = without_pool(dataset, config.pretrain_pool, config.pretrain_pool_seed)
     train_keep = _seeded_subset(dataset.train_labels.shape[0], config.max_train_samples, train_seed)
     test_keep = _seeded_subset(dataset.test_labels.shape[0], config.max_test_samples, test_seed)
     if train_keep is None and test_keep is None:
@@ -33,6 +38,20 @@ def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
     if test_keep is not None:
         changes.update(test_images=dataset.test_images[test_keep], test_labels=dataset.test_labels[test_keep])
     return dataclasses.replace(dataset, **changes)
+
+
+def load_pretrain_pool(config: DatasetConfig, seed: int) -> ImageDataset:
+    """The pretraining pool as the training split, and the source's whole test split."""
+    from hdcfl_ray.data.pretrain_pool import only_pool
+
+    if config.pretrain_pool is None:
+        raise ScenarioError(
+            "dataset.pretrain_pool: not set, so no training images are held out for pretraining; set a fraction, "
+            "e.g. --set dataset.pretrain_pool=0.2 (and the same value in the scenarios that load the weights, "
+            "so their clients never see the pool)"
+        )
+    train_seed, test_seed = seeding.data_streams(seed)
+    return only_pool(_load_source(config, seed, train_seed, test_seed), config.pretrain_pool, config.pretrain_pool_seed)
 
 
 def dataset_num_classes_hint(config: DatasetConfig) -> int | None:
