@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.data.pretrain_pool import pool_split
+from hdcfl_ray.data.pretrain_pool import pool_rows
 from hdcfl_ray.data.sources import load_dataset, load_pretrain_pool
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.pretraining import pretrain
@@ -29,12 +29,37 @@ def _scenario(**sections):
     return build_scenario(tiny_scenario(**{"dataset": {"name": "digits", **POOL}, **sections}))
 
 
-def test_the_pool_is_stratified_disjoint_and_fixed_by_its_own_seed() -> None:
-    labels = np.repeat(np.arange(5), 40)
-    kept, pool = pool_split(labels, 0.25, pool_seed=0)
+def test_the_pool_is_disjoint_and_fixed_by_its_own_seed() -> None:
+    kept, pool = pool_rows(200, 0.25, pool_seed=0)
     assert len(pool) == 50 and np.intersect1d(kept, pool).size == 0 and len(kept) + len(pool) == 200
-    assert np.bincount(labels[pool]).tolist() == [10] * 5
-    assert np.array_equal(pool_split(labels, 0.25, 0)[1], pool) and not np.array_equal(pool_split(labels, 0.25, 1)[1], pool)
+    assert np.array_equal(pool_rows(200, 0.25, 0)[1], pool) and not np.array_equal(pool_rows(200, 0.25, 1)[1], pool)
+    assert len(pool_rows(3, 0.99, 0)[0]) == 1  # at least one row stays with the clients
+
+
+def test_a_parquet_pool_is_picked_before_decoding_and_the_same_for_every_run_seed(tmp_path: Path) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    def table(count: int, offset: int) -> pa.Table:
+        images = []
+        for index in range(count):
+            buffer = io.BytesIO()
+            Image.fromarray(np.full((4, 4, 3), offset + index, dtype=np.uint8)).save(buffer, format="PNG")
+            images.append(buffer.getvalue())
+        return pa.table({"image": images, "label": [index % 3 for index in range(count)]})
+
+    pq.write_table(table(60, 0), tmp_path / "train.parquet")
+    pq.write_table(table(12, 100), tmp_path / "test.parquet")
+    config = build_scenario(tiny_scenario(dataset={"name": "parquet_images", "path": str(tmp_path), "pretrain_pool": 0.25, "max_train_samples": 20})).dataset
+    pools = [load_pretrain_pool(config, seed) for seed in (1, 2)]
+    assert len(pools[0].train_labels) == 15 and np.array_equal(pools[0].train_images, pools[1].train_images)
+    pool_pixels = {int(image[0, 0, 0]) for image in pools[0].train_images}
+    for seed in (1, 2):
+        shared = load_dataset(config, seed)
+        assert len(shared.train_labels) == 20 and not pool_pixels & {int(image[0, 0, 0]) for image in shared.train_images}
 
 
 def test_the_clients_never_see_the_pool() -> None:
@@ -49,8 +74,8 @@ def test_the_clients_never_see_the_pool() -> None:
 
 def test_pretraining_learns_saves_weights_only_and_is_deterministic(tmp_path: Path) -> None:
     scenario = _scenario(protocol={"batch_size": 16})
-    first = pretrain(scenario, tmp_path / "a.pt", epochs=4)
-    second = pretrain(scenario, tmp_path / "b.pt", epochs=4)
+    first = pretrain(scenario, tmp_path / "a.pt", epochs=8)
+    second = pretrain(scenario, tmp_path / "b.pt", epochs=8)
     assert first.epochs[-1].test_accuracy > 0.3  # ten classes: chance is 0.1
     a, b = (torch.load(path, weights_only=True) for path in (tmp_path / "a.pt", tmp_path / "b.pt"))
     assert set(a) == {"encoder", "head", "pretrain"} and a["pretrain"]["pool_images"] == first.pool_images

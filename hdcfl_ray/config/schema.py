@@ -41,7 +41,7 @@ class DatasetConfig(Section):
         gt=0.0,
         lt=1.0,
         description="fraction of the training images held out of the partition for hdcfl-ray pretrain "
-        "(stratified; the same pool for every run seed); null = none",
+        "(a seeded random share, the same for every run seed); null = none",
     )
     pretrain_pool_seed: int = Field(
         0, ge=0, description="fixes which images the pretraining pool holds (independent of the run's seed)"

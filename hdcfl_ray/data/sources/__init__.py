@@ -9,6 +9,7 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import DatasetConfig
 from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.pretrain_pool import pool_rows
 from hdcfl_ray.data.sources.cifar import CIFAR10, CIFAR100, load_cifar
 from hdcfl_ray.data.sources.digits import load_digits_dataset
 from hdcfl_ray.data.sources.image_folder import load_image_folder
@@ -20,38 +21,66 @@ __all__ = ["dataset_num_classes_hint", "load_dataset", "load_pretrain_pool"]
 
 
 def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
-    """Build the configured dataset, hold out the pretraining pool (`dataset.pretrain_pool`),
-    then keep at most max_train/test_samples of the rest (seeded)."""
-    from hdcfl_ray.data.pretrain_pool import without_pool
-
-    train_seed, test_seed = seeding.data_streams(seed)
-    dataset = _load_source(config, seed, train_seed, test_seed)
-    if config.pretrain_pool is not None:
-        dataset = without_pool(dataset, config.pretrain_pool, config.pretrain_pool_seed)
-    train_keep = _seeded_subset(dataset.train_labels.shape[0], config.max_train_samples, train_seed)
-    test_keep = _seeded_subset(dataset.test_labels.shape[0], config.max_test_samples, test_seed)
-    if train_keep is None and test_keep is None:
-        return dataset
-    changes: dict[str, np.ndarray] = {}
-    if train_keep is not None:
-        changes.update(train_images=dataset.train_images[train_keep], train_labels=dataset.train_labels[train_keep])
-    if test_keep is not None:
-        changes.update(test_images=dataset.test_images[test_keep], test_labels=dataset.test_labels[test_keep])
-    return dataclasses.replace(dataset, **changes)
+    """Build the configured dataset for the clients: the training split without the
+    pretraining pool (`dataset.pretrain_pool`), then at most max_train/test_samples
+    of it (seeded)."""
+    return _load(config, seed, "clients")
 
 
 def load_pretrain_pool(config: DatasetConfig, seed: int) -> ImageDataset:
-    """The pretraining pool as the training split, and the source's whole test split."""
-    from hdcfl_ray.data.pretrain_pool import only_pool
-
+    """The pretraining pool as the training split, and the clients' test split."""
     if config.pretrain_pool is None:
         raise ScenarioError(
             "dataset.pretrain_pool: not set, so no training images are held out for pretraining; set a fraction, "
             "e.g. --set dataset.pretrain_pool=0.2 (and the same value in the scenarios that load the weights, "
             "so their clients never see the pool)"
         )
+    return _load(config, seed, "pool")
+
+
+def _train_rows(size: int, config: DatasetConfig, train_seed: np.random.SeedSequence, part: str) -> np.ndarray | None:
+    """The training rows the clients share (the pool held out, then the seeded subset),
+    or the pool's; None = every row."""
+    if config.pretrain_pool is None:
+        return _seeded_subset(size, config.max_train_samples, train_seed)
+    kept, pool = pool_rows(size, config.pretrain_pool, config.pretrain_pool_seed)
+    if part == "pool":
+        return pool
+    subset = _seeded_subset(len(kept), config.max_train_samples, train_seed)
+    return kept if subset is None else kept[subset]
+
+
+def _load(config: DatasetConfig, seed: int, part: str) -> ImageDataset:
     train_seed, test_seed = seeding.data_streams(seed)
-    return only_pool(_load_source(config, seed, train_seed, test_seed), config.pretrain_pool, config.pretrain_pool_seed)
+
+    def train_rows(size: int) -> np.ndarray | None:
+        return _train_rows(size, config, train_seed, part)
+
+    def test_rows(size: int) -> np.ndarray | None:
+        return _seeded_subset(size, config.max_test_samples, test_seed)
+
+    if config.name == "parquet_images":
+        _require_path(config)
+        # The rows are picked from the row counts before decoding: the same rows as
+        # decoding everything and selecting afterwards, at a fraction of the time.
+        return load_parquet_images(
+            config.path,
+            config.image_column,
+            config.label_column,
+            config.train_file,
+            config.test_file,
+            select_train=train_rows,
+            select_test=test_rows,
+        )
+    dataset = _load_source(config, seed)
+    train_keep = train_rows(dataset.train_labels.shape[0])
+    test_keep = test_rows(dataset.test_labels.shape[0])
+    changes: dict[str, np.ndarray] = {}
+    if train_keep is not None:
+        changes.update(train_images=dataset.train_images[train_keep], train_labels=dataset.train_labels[train_keep])
+    if test_keep is not None:
+        changes.update(test_images=dataset.test_images[test_keep], test_labels=dataset.test_labels[test_keep])
+    return dataclasses.replace(dataset, **changes) if changes else dataset
 
 
 def dataset_num_classes_hint(config: DatasetConfig) -> int | None:
@@ -66,9 +95,15 @@ _PATH_EXPECTED = {
 }
 
 
-def _load_source(
-    config: DatasetConfig, seed: int, train_seed: np.random.SeedSequence, test_seed: np.random.SeedSequence
-) -> ImageDataset:
+def _require_path(config: DatasetConfig) -> None:
+    if config.path is None:
+        raise ScenarioError(
+            f"dataset.path is required when dataset.name is {config.name}: set it to {_PATH_EXPECTED[config.name]}"
+        )
+
+
+def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
+    """Every image of a source that decodes all of them (Parquet is read row-selected in `_load`)."""
     if config.name == "digits":
         return load_digits_dataset(config.test_fraction, seed)
     if config.name == "cifar10":
@@ -79,22 +114,7 @@ def _load_source(
         return make_synthetic(
             config.num_classes, config.image_size, config.channels, config.train_samples, config.test_samples, seed
         )
-    if config.path is None:
-        raise ScenarioError(
-            f"dataset.path is required when dataset.name is {config.name}: set it to {_PATH_EXPECTED[config.name]}"
-        )
-    if config.name == "parquet_images":
-        # The subset is picked from the row counts before decoding: the same rows as
-        # decoding everything and subsetting afterwards, at a fraction of the time.
-        return load_parquet_images(
-            config.path,
-            config.image_column,
-            config.label_column,
-            config.train_file,
-            config.test_file,
-            select_train=lambda rows: _seeded_subset(rows, config.max_train_samples, train_seed),
-            select_test=lambda rows: _seeded_subset(rows, config.max_test_samples, test_seed),
-        )
+    _require_path(config)
     if config.name == "image_folder":
         return load_image_folder(config.path, config.test_fraction, seed)
     raise ScenarioError(f"dataset.name: unknown source {config.name!r}")
