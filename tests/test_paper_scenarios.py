@@ -326,3 +326,22 @@ def test_gain_grid_cells_expand_to_valid_hdcfl_sweeps(data_variables: dict[str, 
             for part in key.split("."):
                 node = node[part]
             assert node == yaml.safe_load(value), override
+
+
+PAPER_SIZE = CPU / "paper-size"
+
+
+@pytest.mark.parametrize("path", scenario_files(PAPER_SIZE), ids=lambda path: path.stem)
+def test_paper_size_cpu_scenarios_give_each_client_the_papers_share(path: Path, data_variables: dict[str, str]) -> None:
+    """20 clients over the whole training split (2500 each), or over what the pretraining pool leaves (2000)."""
+    scenario = load_scenario(path)
+    assert scenario.name == path.stem and scenario.partition.num_clients == 20
+    dataset = scenario.dataset
+    assert (dataset.name, dataset.path, dataset.max_train_samples, dataset.max_test_samples) == (
+        "parquet_images", data_variables["HDCFL_CIFAR10_PARQUET"], None, None
+    )
+    assert scenario.partition.test_per_client == 500 and scenario.runtime.channels_last
+    if path.stem.endswith("-pretrained"):
+        assert (dataset.pretrain_pool, dataset.pretrain_pool_seed, scenario.model.pretrained) == (0.2, 0, "weights/c10-pool.pt")
+    else:
+        assert dataset.pretrain_pool is None and scenario.model.pretrained is None
