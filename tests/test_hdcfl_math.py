@@ -24,7 +24,7 @@ COUNTS = np.array([10.0, 30.0, 60.0])
 
 def hdcfl_params(**changes: object) -> SimpleNamespace:
     """The HDC-FL defaults of spec/hdcfl.md, with `changes` applied."""
-    defaults = dict(descriptor="lowrank", rank=8, groups=4, membership="soft", temperature=1.0, prototypes="hard", kmeans_init=10)
+    defaults = dict(descriptor="lowrank", rank=8, groups=4, membership="soft", temperature=1.0, temperature_scale="within", prototypes="hard", kmeans_init=10)
     return SimpleNamespace(**{**defaults, **changes})
 
 
@@ -223,3 +223,20 @@ def test_refresh_summary_maps_each_row_back_to_its_client_id() -> None:
     assert all(np.array_equal(summary.memberships[100 + i], result.memberships[i]) for i in range(20))
     assert (summary.round_index, summary.num_groups, summary.descriptor_kind) == (5, result.prototypes.shape[0], "lowrank")
     assert summary.effective_rank == result.effective_rank and summary.silhouette == result.silhouette
+
+
+def test_the_between_scale_keeps_tight_distant_groups_soft() -> None:
+    """Two tight groups far apart: `within` is one-hot in all but name, `between` is not,
+    and a client on its centre gives the other centre e^(-1/tau) of its weight."""
+    centres = np.array([[0.0, 0.0], [10.0, 0.0]])
+    points = np.array([[0.0, 0.0], [0.01, 0.0], [10.0, 0.0], [9.99, 0.0]])
+    labels = np.array([0, 0, 1, 1])
+    within = soft_memberships(points, centres, labels, temperature=1.0, scale="within")
+    between = soft_memberships(points, centres, labels, temperature=1.0, scale="between")
+    assert within[0, 1] < 1e-100
+    assert np.isclose(between[0, 1] / between[0, 0], np.exp(-1.0))
+    assert np.allclose(between.sum(axis=1), 1.0) and (np.argmax(between, axis=1) == labels).all()
+    one_group = soft_memberships(points[:2], centres[:1], np.array([0, 0]), temperature=1.0, scale="between")
+    assert np.allclose(one_group, 1.0)
+    with pytest.raises(ValueError, match="temperature_scale"):
+        soft_memberships(points, centres, labels, temperature=1.0, scale="across")

@@ -28,7 +28,12 @@ class HDCFLParams(Section):
     rank: int = Field(8, ge=1, description="r; effective rank = min(r, K-1, rank of the heads)")
     groups: int = Field(4, ge=1, description="G, the k-means groups")
     membership: Literal["soft", "hard"] = Field("soft", description="softmax over distances to the group centres (soft) or the own group only (hard)")
-    temperature: float = Field(1.0, gt=0.0, description="tau of the soft memberships")
+    temperature: float = Field(1.0, gt=0.0, description="tau of the soft memberships: T = tau x temperature_scale's spread")
+    temperature_scale: Literal["within", "between"] = Field(
+        "within",
+        description="the spread T is measured in: within = mean squared distance to the own group centre (spec; "
+        "near-hard when groups are tight), between = mean squared distance between group centres",
+    )
     mix: float = Field(1.0, ge=0.0, le=1.0, description="lambda: 0 = global encoder, 1 = prototype mixture")
     prototypes: Literal["hard", "soft"] = Field("hard", description="a prototype is its members' sample-weighted mean (hard) or weighs every client by pi * n (soft)")
     activation_round: int | None = Field(None, ge=1, description="first refresh round; null = 20% of the rounds (at least round 1)")

@@ -1,8 +1,18 @@
 """Client-to-group memberships pi_kg (spec/hdcfl.md, section 4).
 
 Soft memberships are a softmax over negative squared distances to the centroids,
-at a temperature set by the grouping's own spread, so tau = 1 means the same
-softness whatever the scale of the descriptors. Hard memberships are one-hot.
+at a temperature tau * S set by the grouping's own geometry, so tau = 1 means the
+same softness whatever the scale of the descriptors. Two scales S:
+
+- `within` (the spec's): the mean squared distance of a client to its own
+  centroid. When groups are tight and far apart (the usual case at CPU scale)
+  every client is many within-spreads from any other centroid, and the rows are
+  one-hot in all but name (normalised entropy 0.0007 on the quickstart).
+- `between`: the mean squared distance between two centroids. A client on its
+  own centroid then gives a centroid at the typical distance weight e^(-1/tau)
+  of its own, so soft and hard memberships differ whatever the groups' spread.
+
+Hard memberships are one-hot.
 """
 
 from __future__ import annotations
@@ -12,8 +22,12 @@ import numpy as np
 TEMPERATURE_FLOOR = 1e-8
 
 
-def soft_memberships(descriptors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, temperature: float) -> np.ndarray:
-    """pi_kg = softmax_g(-||z_k - mu_g||^2 / T), T = tau * mean_k ||z_k - mu_{c_k}||^2.
+def soft_memberships(
+    descriptors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, temperature: float, scale: str = "within"
+) -> np.ndarray:
+    """pi_kg = softmax_g(-||z_k - mu_g||^2 / T), T = tau * S, with S (`scale`)
+    mean_k ||z_k - mu_{c_k}||^2 (`within`) or mean_{g<h} ||mu_g - mu_h||^2
+    (`between`; with one group, `within`).
 
     T is floored at 1e-8 so a perfect grouping (every client on its centroid)
     gives near-one-hot rows instead of a division by zero. Returns (K, G) float64
@@ -29,10 +43,18 @@ def soft_memberships(descriptors: np.ndarray, centroids: np.ndarray, labels: np.
     if not np.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
 
+    if scale not in ("within", "between"):
+        raise ValueError(f"hdcfl.temperature_scale: {scale!r} is not one of within, between")
+
     squared_distances = np.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=2)
-    within_group = squared_distances[np.arange(points.shape[0]), label_array]
-    scale = max(float(temperature) * float(np.mean(within_group)), TEMPERATURE_FLOOR)
-    logits = -squared_distances / scale
+    if scale == "between" and centres.shape[0] >= 2:
+        pairs = np.triu_indices(centres.shape[0], k=1)
+        between = np.sum((centres[:, None, :] - centres[None, :, :]) ** 2, axis=2)[pairs]
+        spread = float(np.mean(between))
+    else:
+        spread = float(np.mean(squared_distances[np.arange(points.shape[0]), label_array]))
+    temperature_value = max(float(temperature) * spread, TEMPERATURE_FLOOR)
+    logits = -squared_distances / temperature_value
     # Shifting by the row maximum keeps exp() in range; the softmax is unchanged.
     logits -= logits.max(axis=1, keepdims=True)
     weights = np.exp(logits)

@@ -33,6 +33,7 @@ class RefreshParams(Protocol):
     groups: int
     membership: str  # "soft" | "hard"
     temperature: float
+    temperature_scale: str  # "within" | "between"
     prototypes: str  # "hard" | "soft"
     kmeans_init: int
 
@@ -74,7 +75,7 @@ def refresh_groups(
     one_hot = hard_memberships(grouping.labels, num_groups)
 
     if params.membership == "soft":
-        memberships = soft_memberships(descriptors.vectors, grouping.centroids, grouping.labels, params.temperature)
+        memberships = soft_memberships(descriptors.vectors, grouping.centroids, grouping.labels, params.temperature, params.temperature_scale)
     else:
         memberships = one_hot
     # Hard prototypes follow the k-means labels themselves, not the argmax of the
