@@ -97,6 +97,8 @@ def pretrain(
 
     if epochs < 1:
         raise ScenarioError(f"--epochs: {epochs}; train at least one epoch")
+    if Path(out).is_dir():
+        raise ScenarioError(f"--out {out}: this is a folder; give the weights file's name, e.g. {Path(out) / 'pool.pt'}")
     started = time.perf_counter()
     pool = load_pretrain_pool(scenario.dataset, scenario.seed)
     runtime = scenario.runtime

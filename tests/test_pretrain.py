@@ -112,3 +112,10 @@ def test_the_command_without_a_pool_names_the_key(tmp_path: Path, write_scenario
     result = CliRunner().invoke(app, ["pretrain", str(path), "--out", str(tmp_path / "w.pt"), "--epochs", "1", "--set", "dataset.pretrain_pool=0.25"])
     assert result.exit_code == 0, result.output
     assert "epoch 1/1" in result.output and (tmp_path / "w.pt").is_file()
+
+
+def test_bad_epochs_and_a_folder_for_out_are_refused_before_training(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="--epochs: 0"):
+        pretrain(_scenario(), tmp_path / "w.pt", epochs=0)
+    with pytest.raises(ScenarioError, match="this is a folder"):
+        pretrain(_scenario(), tmp_path, epochs=1)
