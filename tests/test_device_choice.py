@@ -53,10 +53,16 @@ def test_the_local_backend_refuses_a_gpu_share_without_cuda_before_the_run() -> 
         check_runtime(scenario.runtime, scenario.partition.num_clients)
 
 
-def test_a_share_above_one_gpu_is_a_notice_that_the_rest_sits_idle() -> None:
-    notices = check_runtime(RuntimeConfig(backend="ray", num_gpus_per_actor=2.0, address="auto"), 4)
+def test_a_share_above_one_gpu_is_a_notice_that_the_rest_sits_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hdcfl_ray.config import machine_checks
+
+    # a cluster not joined yet: its GPUs are counted once connected, so only the notice is left
+    monkeypatch.setattr(machine_checks, "ray_placement", lambda runtime: "cluster")
+    monkeypatch.setattr(machine_checks, "check_cluster_reachable", lambda address: None)
+    notices = check_runtime(RuntimeConfig(backend="ray", num_gpus_per_actor=2.0, address="10.0.0.1:6379"), 4)
     assert any("reserves 2 GPUs per host, but a host trains on one" in notice for notice in notices)
-    assert not any("reserves" in notice for notice in check_runtime(RuntimeConfig(backend="ray", address="auto"), 4))
+    plain = check_runtime(RuntimeConfig(backend="ray", num_gpus_per_actor=1.0, address="10.0.0.1:6379"), 4)
+    assert not any("reserves" in notice for notice in plain)
 
 
 def test_cpu_hosts_leave_torch_settings_alone(monkeypatch: pytest.MonkeyPatch) -> None:
