@@ -152,6 +152,40 @@ def gain_table(records: list[RunMetrics]) -> ReportTable | None:
     return table
 
 
+PAIRED_METRICS = (("mean_accuracy", "mean"), ("worst_accuracy", "worst"), ("bottom20_accuracy", "bot.20%"))
+
+
+def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportTable | None:
+    """`reference` minus every other method, seed by seed: runs with the same seed share
+    the partition and the initialisation, so their differences are paired. A method
+    appears where it has every seed the reference has in that setting."""
+    by_key = {(r.setting, r.method, r.seed): r for r in records}
+    table = ReportTable(
+        f"Paired differences: {reference} minus each method, per seed (pp)",
+        ["Setting", "Method", "Seeds", *(f"Diff.: {label}" for _, label in PAIRED_METRICS), "Seeds with mean diff. > 0"],
+    )
+    for setting in sorted({r.setting for r in records}):
+        seeds = sorted(r.seed for r in records if (r.setting, r.method) == (setting, reference))
+        if not seeds:
+            continue
+        for method in sorted({r.method for r in records if r.setting == setting} - {reference}):
+            if any((setting, method, seed) not in by_key for seed in seeds):
+                continue
+            row = [Text(setting), Text(method), Text(" / ".join(str(seed) for seed in seeds))]
+            positive = 0
+            for metric, _ in PAIRED_METRICS:
+                diffs = [100.0 * (by_key[(setting, reference, seed)].values[metric] - by_key[(setting, method, seed)].values[metric]) for seed in seeds]
+                if metric == "mean_accuracy":
+                    positive = sum(diff > 0 for diff in diffs)
+                row.append(Text(" / ".join(f"{diff:+.2f}" for diff in diffs)))
+            row.append(Text(f"{positive} of {len(seeds)}"))
+            table.rows.append(row)
+    if not table.rows:
+        return None
+    table.note = f"Each cell lists {reference}'s final score minus the method's, seed by seed in the order of the Seeds column."
+    return table
+
+
 def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
     """Every method that forms client groups: the groups it ended with and their ARI
     against the planted groups beside its accuracy, so a method that found one cluster
@@ -222,7 +256,7 @@ def all_tables(records: list[RunMetrics]) -> list[ReportTable]:
         tables.append(per_setting_table(records, "mean_accuracy_own_classes", with_rank=False, with_macro=False))
     if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in records):
         tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
-    optional = (clustered_table(records), budget_table(records), gain_table(records))
+    optional = (clustered_table(records), budget_table(records), gain_table(records), paired_table(records))
     return tables + [table for table in optional if table is not None] + variant_tables(records)
 
 

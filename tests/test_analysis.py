@@ -116,3 +116,17 @@ def test_personalisation_gain_is_paired_by_seed():
     assert gain_table(RECORDS) is None  # no HDC-FL run
     other = [RunMetrics("R", "fedbabu", r.seed, r.values) for r in runs]
     assert gain_table(other) is None  # other methods' global scores are not HDC-FL's reference
+
+
+def test_paired_table_lists_the_reference_minus_each_method_seed_by_seed() -> None:
+    from analysis.report_tables import paired_table
+
+    def run(method: str, seed: int, mean: float) -> RunMetrics:
+        return RunMetrics("S", method, seed, {"mean_accuracy": mean, "worst_accuracy": mean - 0.1, "bottom20_accuracy": mean - 0.05})
+
+    records = [run("hdcfl", 1, 0.50), run("hdcfl", 2, 0.60), run("local", 1, 0.45), run("local", 2, 0.62), run("ifca", 1, 0.4)]
+    table = paired_table(records)
+    assert table is not None and len(table.rows) == 1  # ifca lacks seed 2: no row
+    cells_text = [cell.value for cell in table.rows[0]]
+    assert cells_text[:4] == ["S", "local", "1 / 2", "+5.00 / -2.00"] and cells_text[-1] == "1 of 2"
+    assert paired_table([run("local", 1, 0.4)]) is None
