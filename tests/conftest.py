@@ -25,6 +25,17 @@ def ray_session() -> Iterator[None]:
         ray.shutdown()
 
 
+# Every method's section for a small federation of two planted groups (a few clients
+# per group, a round or two): the counts and thresholds that let each one form groups.
+SMALL_FEDERATION_METHODS: dict[str, Any] = {
+    "hdcfl": {"groups": 2, "activation_round": 1, "refresh_every": 1},
+    "fedce": {"clusters": 2},
+    "fedsoft": {"centers": 2, "selection": 3},
+    "ifca": {"clusters": 2},
+    "pacfl": {"proximity": "elementwise", "threshold": 8.5, "threshold_unit": "degrees"},
+}
+
+
 def tiny_scenario(**sections: Any) -> dict[str, Any]:
     """A digits scenario small enough for a unit-test run (seconds, not minutes)."""
     scenario: dict[str, Any] = {

@@ -9,7 +9,7 @@ from hdcfl_ray.algorithms.registry import method_names
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.conftest import SMALL_FEDERATION_METHODS, tiny_scenario
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -18,14 +18,7 @@ CLUSTERED = {"fedce", "fedsoft", "ifca", "pacfl", "hdcfl"}
 
 @pytest.mark.parametrize("name", method_names())  # every registered method, a new one included
 def test_method_runs_on_ray_and_logs_every_client(tmp_path, name):
-    algorithm = {
-        "name": name,
-        "hdcfl": {"groups": 2, "activation_round": 1, "refresh_every": 1},
-        "fedce": {"clusters": 2},
-        "fedsoft": {"centers": 2, "selection": 3},
-        "ifca": {"clusters": 2},
-        "pacfl": {"proximity": "elementwise", "threshold": 8.5, "threshold_unit": "degrees"},
-    }
+    algorithm = {"name": name, **SMALL_FEDERATION_METHODS}
     scenario = build_scenario(tiny_scenario(algorithm=algorithm, protocol={"rounds": 2}))
     run_dir = tmp_path / name
     run_simulation(prepare_run(scenario), run_dir, QuietObserver())

@@ -26,6 +26,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.logs.table_writer import read_table
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
+from tests.conftest import SMALL_FEDERATION_METHODS
 
 pytestmark = [
     pytest.mark.cuda,
@@ -50,14 +51,7 @@ def _scenario(method: str, model: dict[str, Any], gpus: float, out: Path) -> dic
         "dataset": {"name": "synthetic", "image_size": 16, "channels": 3, "num_classes": 4, "train_samples": 320, "test_samples": 80},
         "partition": {"kind": "rotation", "num_clients": 8, "angles": [0, 180], "test_per_client": 10},
         "model": model,
-        "algorithm": {
-            "name": method,
-            "hdcfl": {"groups": 2, "activation_round": 1, "refresh_every": 1},
-            "fedce": {"clusters": 2},
-            "fedsoft": {"centers": 2, "selection": 3},
-            "ifca": {"clusters": 2},
-            "pacfl": {"proximity": "elementwise", "threshold": 8.5, "threshold_unit": "degrees"},
-        },
+        "algorithm": {"name": method, **SMALL_FEDERATION_METHODS},
         "protocol": {"rounds": 2, "participation": 1.0, "local_epochs": 1, "batch_size": 32},
         "runtime": {"backend": "ray", "clients_per_actor": 2, "num_cpus_per_actor": 0.5, "num_gpus_per_actor": gpus},
         "checkpoint": {"every": None},
