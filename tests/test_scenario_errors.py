@@ -33,7 +33,9 @@ def run_validate(path: Path, *overrides: str):
         ({"protocol": {"participation": 0}}, ["protocol.participation"]),
         ({"algorithm": {"name": "fedmagic"}}, ["algorithm.name", "fedmagic", "fedavg_se", "hdcfl"]),
         ({"algorithm": {"name": "hdcfl", "hdcfl": {"mix": 2.0}}}, ["algorithm.hdcfl.mix", "2.0"]),
-        ({"algorithm": {"name": "hdcfl", "hdcfl": {"rnak": 8}}}, ["algorithm.hdcfl.rnak", "unknown key", "rank"]),
+        ({"algorithm": {"name": "hdcfl", "hdcfl": {"rnak": 8}}}, ["algorithm.hdcfl.rnak", "unknown key", "did you mean 'rank'?"]),
+        ({"algorithm": {"name": "fedprx"}}, ["algorithm.name", "did you mean 'fedprox'?", "apfl", "pacfl"]),
+        ({"protocol": {"mode": "asinc"}}, ["protocol.mode", "did you mean 'async'?"]),
         ({"dataset": {"name": "parquet_images", "path": "/nonexistent/cifar"}}, ["dataset.path", "/nonexistent/cifar"]),
         ({"dataset": {"name": "cifar10", "path": "/nonexistent/c10"}}, ["/nonexistent/c10", "download"]),
         ({"partition": {"kind": "dirichlet"}}, ["partition.alpha"]),
@@ -386,3 +388,12 @@ def test_a_cluster_address_where_nothing_listens_exits_2(write_scenario, monkeyp
     result = run_validate(write_scenario(tiny_scenario(runtime={"address": f"127.0.0.1:{port}"})))
     assert result.exit_code == 2, result.output
     assert "runtime.address" in result.output and "nothing answers" in result.output
+
+
+def test_sweep_algorithm_typo_names_the_near_miss():
+    from hdcfl_ray.sweep.grid import resolve_algorithms
+
+    with pytest.raises(ScenarioError) as raised:
+        resolve_algorithms(("hdcfl", "fedavg_es"))
+    message = str(raised.value)
+    assert "fedavg_es (did you mean 'fedavg_se'?) unknown" in message and "fedprox" in message

@@ -3,6 +3,7 @@ and turning pydantic's errors into messages that name the key path and the fix."
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -136,7 +137,8 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
             section = ".".join(location[:-1])
             allowed = _allowed_keys(location[:-1], raw)
             where = f"in {section}" if section else "at the top level"
-            lines.append(f"  {key_path}: unknown key {where}; allowed keys: {', '.join(allowed)}")
+            hint = did_you_mean(location[-1], allowed)
+            lines.append(f"  {key_path}: unknown key {where}{hint}; allowed keys: {', '.join(allowed)}")
             continue
         key_path = ".".join(_key_location(location))
         if kind == "missing":
@@ -156,7 +158,8 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
         value = _lookup(raw, key_path.split("."))
         shown = "" if value is _MISSING else f" {value!r}"
         if len(texts) == 1 and texts[0].startswith("is not allowed"):
-            lines.append(f"  {key_path}:{shown} {texts[0]}")
+            hint = did_you_mean(value, _QUOTED.findall(texts[0])) if isinstance(value, str) else ""
+            lines.append(f"  {key_path}:{shown} {texts[0]}{hint}")
         else:
             alternatives = "; or: ".join(text.removeprefix("is not allowed; ") for text in texts)
             lines.append(f"  {key_path}:{shown}{':' if shown else ''} {alternatives}")
@@ -182,6 +185,13 @@ def _key_location(location: list[str]) -> list[str]:
 
 
 _MISSING = object()
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def did_you_mean(typed: str, choices: list[str]) -> str:
+    """` (did you mean 'batch_size'?)` for a near miss among `choices`, else empty."""
+    close = difflib.get_close_matches(typed, choices, n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _lookup(raw: Any, location: list[str]) -> Any:

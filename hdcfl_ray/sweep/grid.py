@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from hdcfl_ray.config.loading import apply_overrides, build_scenario, expand_env, read_scenario_file
+from hdcfl_ray.config.loading import apply_overrides, build_scenario, did_you_mean, expand_env, read_scenario_file
 from hdcfl_ray.algorithms.registry import method_names
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError
@@ -77,7 +77,8 @@ def resolve_algorithms(names: tuple[str, ...]) -> tuple[str, ...]:
     resolved = [name for entry in names for name in (known if entry == "all" else (entry,))]
     unknown = [name for name in resolved if name not in known]
     if unknown:
-        raise ScenarioError(f"--algorithms: {', '.join(unknown)} unknown; choose from {', '.join(known)}, or all")
+        named = ", ".join(f"{name}{did_you_mean(name, list(known))}" for name in unknown)
+        raise ScenarioError(f"--algorithms: {named} unknown; choose from {', '.join(known)}, or all")
     return tuple(dict.fromkeys(resolved))
 
 
