@@ -11,7 +11,9 @@ can be judged against the seed spread.
         --scenario scenarios/quickstart.yaml --algorithms all --seeds 42 --set protocol.rounds=10
 
 `--after WORKTREE` (the default) runs the working tree as it is. Runs use the
-local backend with one torch thread, so both sides do the same arithmetic.
+local backend with one torch thread, so both sides do the same arithmetic. Each
+side reads the scenario file as its own revision has it: pin a key that changed
+between them with --set (e.g. a calibration), so both run the same setting.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
 IGNORED_COLUMNS = {"host"}  # which actor held a client is not a result
+DATA_PATH_VARIABLES = ("HDCFL_CIFAR10_PARQUET",)  # the scenarios' ${...} data paths
 
 
 def checkout(revision: str, into: Path) -> Path:
@@ -40,10 +43,16 @@ def checkout(revision: str, into: Path) -> Path:
 
 def run(code: Path, scenario: Path, algorithm: str, seed: int, overrides: list[str], out: Path) -> Path:
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
+    # Each side runs in its own worktree: a data path relative to here must still find the data.
+    for name in DATA_PATH_VARIABLES:
+        if env.get(name):
+            env[name] = str(Path(env[name]).resolve())
     command = [sys.executable, "-c", "from cli import app; app()", "simulate", str(scenario), "--quiet", "--out", str(out)]
     for override in [f"algorithm.name={algorithm}", f"seed={seed}", "runtime.backend=local", "runtime.num_cpus=1", *overrides]:
         command += ["--set", override]
-    subprocess.run(command, check=True, cwd=code, env=env, capture_output=True)
+    finished = subprocess.run(command, cwd=code, env=env, capture_output=True, text=True)
+    if finished.returncode != 0:
+        raise SystemExit(f"{algorithm} seed {seed} failed on {code}:\n{finished.stderr.strip()}")
     return out
 
 
