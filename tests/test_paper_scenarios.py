@@ -328,6 +328,20 @@ def test_gain_grid_cells_expand_to_valid_hdcfl_sweeps(data_variables: dict[str, 
             assert node == yaml.safe_load(value), override
 
 
+
+def test_pretrained_paper_size_sweep_runs_both_settings_at_the_papers_seeds(data_variables: dict[str, str]) -> None:
+    """scenarios/cpu/paper-size/sweep-pretrained.yaml: both pretrained forms, one host per run."""
+    plan = read_sweep_file(CPU / "paper-size" / "sweep-pretrained.yaml", None)
+    assert plan.out == REPO / "runs" / "paper-size-pretrained" and plan.seeds == PAPER_SEEDS
+    runs = expand(plan)
+    assert {(run.setting, run.algorithm, run.seed) for run in runs} == {
+        (setting, "hdcfl", seed)
+        for setting in ("paper-size-c10-rot-pretrained", "paper-size-c10-ls3-pretrained")
+        for seed in PAPER_SEEDS
+    }
+    assert all(run.scenario.runtime.clients_per_actor == 20 for run in runs)
+
+
 PAPER_SIZE = CPU / "paper-size"
 
 
