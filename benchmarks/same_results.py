@@ -64,9 +64,12 @@ def bits(values: list[Any]) -> list[Any]:
     return [struct.pack("<d", v) if isinstance(v, float) else (bits(v) if isinstance(v, list) else v) for v in values]
 
 
-def identical(a: Any, b: Any) -> bool:
+def differing_columns(a: Any, b: Any) -> list[str]:
+    """The clients-table columns whose values differ in any bit (all of them if the row counts differ)."""
     columns = [c for c in a.column_names if c not in IGNORED_COLUMNS]
-    return a.num_rows == b.num_rows and all(bits(a.column(c).to_pylist()) == bits(b.column(c).to_pylist()) for c in columns)
+    if a.num_rows != b.num_rows:
+        return columns
+    return [c for c in columns if c not in b.column_names or bits(a.column(c).to_pylist()) != bits(b.column(c).to_pylist())]
 
 
 def final_mean(table: Any) -> float:
@@ -106,22 +109,24 @@ def main() -> int:
                 algorithms = args.algorithms.split(",")
             print(f"{args.scenario} {' '.join(args.overrides)}: {args.before} vs {args.after}")
             print(f"{'method':<10} {'seed':>6} {'identical':>9} {'before %':>9} {'after %':>9}")
-            differing = 0
+            runs_differing = 0
             for algorithm in algorithms:
                 for seed in seeds:
                     tables = [
                         clients(run(code, args.scenario, algorithm, seed, args.overrides, root / f"{side}-{algorithm}-{seed}"))
                         for side, code in (("before", before), ("after", after))
                     ]
-                    same = identical(*tables)
-                    differing += not same
-                    print(f"{algorithm:<10} {seed:>6} {'yes' if same else 'NO':>9} {final_mean(tables[0]):>9.2f} {final_mean(tables[1]):>9.2f}")
+                    columns = differing_columns(*tables)
+                    same = not columns
+                    runs_differing += not same
+                    where = "" if same else "  differ: " + ", ".join(columns)
+                    print(f"{algorithm:<10} {seed:>6} {'yes' if same else 'NO':>9} {final_mean(tables[0]):>9.2f} {final_mean(tables[1]):>9.2f}{where}")
                     sys.stdout.flush()
         finally:
             for side in (before, after):
                 if side != REPO:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(side)], capture_output=True)
-    return 1 if differing else 0
+    return 1 if runs_differing else 0
 
 
 if __name__ == "__main__":
