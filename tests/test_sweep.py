@@ -38,6 +38,27 @@ def test_sweep_file_lists_scenarios_relative_to_itself(write_scenario, tmp_path)
     assert run.scenario.protocol.rounds == 2 and run.seed == 5
 
 
+
+def test_a_second_sweep_into_the_same_folder_keeps_the_first_ones_index_entries(write_scenario, tmp_path):
+    """Two method lists run as two sweeps into one folder: the index lists all four runs."""
+    from hdcfl_ray.sweep.index import write_index
+
+    out = tmp_path / "sweep"
+    runs = expand(plan_for(write_scenario(tiny_scenario()), out))
+    write_index(out, runs[:2], {run.key: "completed" for run in runs[:2]})
+    write_index(out, runs[1:], {runs[1].key: "completed"})  # fedavg_se seed 2 again, then hdcfl
+    index = json.loads((out / "index.json").read_text())["runs"]
+    assert [(entry["algorithm"], entry["seed"], entry["status"]) for entry in index] == [
+        ("fedavg_se", 1, "completed"),
+        ("fedavg_se", 2, "completed"),
+        ("hdcfl", 1, "pending"),
+        ("hdcfl", 2, "pending"),
+    ]
+    (out / "index.json").write_text("{not json")  # a damaged listing is rebuilt, not fatal
+    write_index(out, runs[:1], {})
+    assert len(json.loads((out / "index.json").read_text())["runs"]) == 1
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_a_sweep_rerun_after_a_crash_completes_only_the_missing_runs(write_scenario, tmp_path):
     out = tmp_path / "sweep"

@@ -35,6 +35,8 @@ def is_unstarted(run_dir: Path) -> bool:
 
 
 def write_index(out: Path, runs: list[SweepRun], statuses: dict[str, str]) -> Path:
+    """This sweep's runs, after the entries an earlier sweep into the same folder left
+    for other runs (another method list, say), so the index lists every run there."""
     entries: list[dict[str, Any]] = [
         {
             "setting": run.setting,
@@ -47,5 +49,17 @@ def write_index(out: Path, runs: list[SweepRun], statuses: dict[str, str]) -> Pa
     ]
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.json"
-    write_text_durably(path, json.dumps({"runs": entries}, indent=1))
+    ours = {entry["run_dir"] for entry in entries}
+    earlier = [entry for entry in _earlier_entries(path) if entry.get("run_dir") not in ours]
+    write_text_durably(path, json.dumps({"runs": earlier + entries}, indent=1))
     return path
+
+
+def _earlier_entries(path: Path) -> list[dict[str, Any]]:
+    """The entries of an existing index; an unreadable one (it is only a listing: the
+    run folders hold the results) is rebuilt from this sweep's runs alone."""
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [entry for entry in runs if isinstance(entry, dict)] if isinstance(runs, list) else []
