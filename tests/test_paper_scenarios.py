@@ -335,8 +335,9 @@ def test_pretrained_paper_size_sweep_runs_both_settings_at_the_papers_seeds(data
     assert plan.out == REPO / "runs" / "paper-size-pretrained" and plan.seeds == PAPER_SEEDS
     runs = expand(plan)
     assert {(run.setting, run.algorithm, run.seed) for run in runs} == {
-        (setting, "hdcfl", seed)
+        (setting, algorithm, seed)
         for setting in ("paper-size-c10-rot-pretrained", "paper-size-c10-ls3-pretrained")
+        for algorithm in ("hdcfl", "fedbabu", "ifca", "pacfl")
         for seed in PAPER_SEEDS
     }
     assert all(run.scenario.runtime.clients_per_actor == 20 for run in runs)
