@@ -1,7 +1,13 @@
 """The reference runs whose per-client numbers are pinned bit for bit in
 tests/golden/: a shortened quickstart (digits, rotation, seed 42) per method.
-`python -m tests.bit_reference` rewrites the golden file; do that only for a
-change meant to alter results, and say so in the commit."""
+
+Bits are a property of the code and of the CPU's arithmetic: MKL and oneDNN pick
+their kernels by CPU vendor and instruction set, so an Intel and an AMD machine
+with the same code round differently in the 7th digit. There is one golden file
+per arithmetic (`arithmetic_key()`, e.g. GenuineIntel-AVX512). `python -m
+tests.bit_reference` writes this machine's file: for a new kind of machine, from
+code whose bits are pinned elsewhere, or for a change meant to alter results
+(rewrite every machine's file then, and say so in the commit)."""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-GOLDEN = Path(__file__).parent / "golden" / "quickstart-seed42-3rounds.json"
+GOLDEN_DIR = Path(__file__).parent / "golden"
+GOLDEN_STEM = "quickstart-seed42-3rounds"
 QUICKSTART = Path(__file__).parents[1] / "scenarios" / "quickstart.yaml"
 COLUMNS = ("round", "client_id", "accuracy", "loss", "train_loss")
 # short, but long enough for every method's server-side step: HDC-FL refreshes
@@ -22,6 +29,31 @@ OVERRIDES = {
     "algorithm.hdcfl.refresh_every": 1,
     "runtime.backend": "local",
 }
+
+
+def arithmetic_key() -> str:
+    """The CPU vendor and torch's vector instruction set, e.g. AuthenticAMD-AVX512:
+    what decides which kernels, and so which roundings, a CPU run gets."""
+    import platform
+
+    import torch
+
+    vendor = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), vendor)
+    except OSError:
+        pass
+    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def golden_path(key: str) -> Path:
+    return GOLDEN_DIR / f"{GOLDEN_STEM}.{key}.json"
+
+
+def golden_files() -> dict[str, Path]:
+    """Every recorded arithmetic and its file."""
+    return {path.name[len(GOLDEN_STEM) + 1 : -len(".json")]: path for path in sorted(GOLDEN_DIR.glob(f"{GOLDEN_STEM}.*.json"))}
 
 
 def _exact(value: object) -> object:
@@ -59,7 +91,9 @@ def main(methods: list[str]) -> None:
         for method in methods or method_names():
             golden[method] = quickstart_rows(method, Path(scratch) / method)
             print(method, len(golden[method]), "rows", flush=True)
-    GOLDEN.write_text(json.dumps(golden, indent=0) + "\n")
+    path = golden_path(arithmetic_key())
+    path.write_text(json.dumps(golden, indent=0) + "\n")
+    print("wrote", path)
 
 
 if __name__ == "__main__":
