@@ -267,9 +267,17 @@ def calibrate(
     out: Path = typer.Option(..., "--out", help="Sweep folder for the calibration runs (rerun to resume)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write the calibration table (Markdown) to this file."),
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Runs at once (default: as for sweep)."),
+    validation_fraction: float = typer.Option(
+        0.2, "--validation-fraction", help="Share of each client's training images held out and scored to choose the value."
+    ),
+    oracle: bool = typer.Option(
+        False, "--oracle", help="Score on the test set instead (labelled oracle; the table then chooses no value)."
+    ),
 ) -> None:
-    """Run one knob over a list of values on one setting and tabulate, per value, the
-    groups found, their ARI against the planted groups, the accuracy and the budget."""
+    """Run one knob over a list of values on one setting and choose the value with the
+    best mean accuracy on images held out of each client's training data (never the
+    test set); the table also shows the groups found, their ARI against the planted
+    groups (oracle evidence, not used to choose) and the budget."""
     from hdcfl_ray.sweep.calibration import calibration_runs
     from hdcfl_ray.sweep.grid import parse_list
     from hdcfl_ray.sweep.runner import ClusterLostError, run_sweep
@@ -283,11 +291,14 @@ def calibrate(
         except ValueError:
             raise ScenarioError(f"--seeds {seeds!r}: give integers, e.g. 42,123,2026") from None
         value_list = parse_list(values, "--values") or ()
-        runs = calibration_runs(scenario_file, key, value_list, algorithm, seed_values, tuple(overrides or ()), out)
+        runs = calibration_runs(
+            scenario_file, key, value_list, algorithm, seed_values, tuple(overrides or ()), out, None if oracle else validation_fraction
+        )
     except ScenarioError as error:
         _fail_bad_input(error)
     console = Console()
-    console.print(f"calibrate {key}: {len(runs)} runs ({len(value_list)} values) into {out}")
+    scored = "the test set (oracle)" if oracle else f"{validation_fraction:g} of each client's training images, held out"
+    console.print(f"calibrate {key}: {len(runs)} runs ({len(value_list)} values) into {out}, scored on {scored}")
     finished = {"count": 0}
 
     def progress(run_key: str, status: str) -> None:

@@ -61,6 +61,7 @@ class RunSummary:
     final_round: dict[str, Any]
     last_refresh: dict[str, Any] | None
     elapsed_s: float
+    scored_on: str = "test"  # "validation": images held out of each client's training data
 
 
 def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> PreparedRun:
@@ -317,6 +318,7 @@ def _run_rounds(
         final_round=round_row,
         last_refresh=last_refresh,
         elapsed_s=time.perf_counter() - started,
+        scored_on="validation" if scenario.partition.validation_fraction is not None else "test",
     )
 
 
@@ -351,5 +353,7 @@ def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
         "client_train_samples_min": int(sizes.min()),
         "client_train_samples_max": int(sizes.max()),
         "true_groups_known": prepared.partition.true_groups() is not None,
+        # "validation": clients are scored on images held out of their own training data, never the test split
+        "scored_on": "validation" if prepared.scenario.partition.validation_fraction is not None else "test",
     }
 

@@ -108,7 +108,7 @@ class LiveView:
         if self.live is not None:
             self.live.stop()
             self.console.print()
-        self.console.print(summary_table(summary.final_round, summary.last_refresh))
+        self.console.print(summary_table(summary.final_round, summary.last_refresh, summary.scored_on))
         self.console.print(f"tables written to {summary.run_dir} in {summary.elapsed_s:.1f} s")
 
     def abort(self) -> None:
@@ -116,8 +116,9 @@ class LiveView:
             self.live.stop()
 
 
-def summary_table(final_round: dict[str, Any], last_refresh: dict[str, Any] | None) -> Table:
-    table = Table(title=f"Final round {final_round.get('round', '-')}: client test accuracy (%)")
+def summary_table(final_round: dict[str, Any], last_refresh: dict[str, Any] | None, scored_on: str = "test") -> Table:
+    scored = "test" if scored_on == "test" else "validation (held out of the clients' training data)"
+    table = Table(title=f"Final round {final_round.get('round', '-')}: client {scored} accuracy (%)")
     table.add_column("model scored")
     for column in ("mean", "worst", "bottom-20%", "gap (pp)"):
         table.add_column(column, justify="right")

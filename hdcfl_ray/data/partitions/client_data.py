@@ -14,6 +14,9 @@ class ClientData:
     test_indices: np.ndarray  # int64 indices into the test split
     rotation_degrees: float  # applied to this client's train and test images alike
     true_group: int | None  # planted group (rotation angle index, class-set id) when one exists
+    # the scored images are a held-out share of the client's own training images
+    # (`partition.validation_fraction`): test_indices then index the train split
+    test_from_train: bool = False
 
     @property
     def num_train(self) -> int:

@@ -190,6 +190,8 @@ class ClientHost:
         def build() -> tuple[torch.Tensor, torch.Tensor]:
             if split == "train":
                 indices, images, labels = client.train_indices, self.train_images, self.train_labels
+            elif client.test_from_train:  # a validation split: held out of the client's own training images
+                indices, images, labels = client.test_indices, self.train_images, self.train_labels
             else:
                 indices, images, labels = client.test_indices, self.test_images, self.test_labels
             inputs = to_float_batch(images[indices], client.rotation_degrees).to(self.device)
