@@ -62,8 +62,27 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
             continue
         values = {metric: _float(final.get(metric)) for metric in METRICS}
         values.update(run_budget(run.rounds.to_pylist()))
+        values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
         records.append(RunMetrics(run.setting, run.method, run.seed, values))
     return records
+
+
+def final_membership_entropy(run: RunRecord, round_index: int) -> float:
+    """Mean over clients of the normalised entropy H(m) / log S of each client's
+    memberships at `round_index` (1 = uniform, 0 = one cluster); NaN where the
+    method logs no memberships over two or more clusters."""
+    if "memberships" not in run.clients.column_names:
+        return math.nan
+    rounds = run.clients.column("round").to_pylist()
+    entropies = []
+    for row_round, memberships in zip(rounds, run.clients.column("memberships").to_pylist()):
+        if row_round != round_index or not memberships or len(memberships) < 2:
+            continue
+        weights = [w for w in memberships if w and w > 0]
+        total = sum(weights)
+        entropy = -sum((w / total) * math.log(w / total) for w in weights)
+        entropies.append(entropy / math.log(len(memberships)))
+    return mean(entropies) if entropies else math.nan
 
 
 def run_budget(rounds: list[dict[str, object]]) -> dict[str, float]:
@@ -157,11 +176,23 @@ def settings_and_methods(records: list[RunMetrics]) -> tuple[list[str], list[str
     return settings, methods
 
 
-def average_rank(records: list[RunMetrics], metric: str = "mean_accuracy") -> dict[str, float]:
-    """Rank within each setting by the mean over seeds, then averaged over settings."""
+def complete_methods(records: list[RunMetrics], metric: str = "mean_accuracy") -> tuple[list[str], list[str]]:
+    """(methods with a value in every setting of the report, methods missing one).
+    Averages over settings and ranks compare only the complete ones: a method's mean
+    over the settings it happened to run is not comparable with one over all."""
     table = cells(records, metric)
     settings, methods = settings_and_methods(records)
-    per_method: dict[str, list[float]] = {m: [] for m in methods}
+    complete = [m for m in methods if all((s, m) in table and not math.isnan(table[(s, m)].mean) for s in settings)]
+    return complete, [m for m in methods if m not in complete]
+
+
+def average_rank(records: list[RunMetrics], metric: str = "mean_accuracy") -> dict[str, float]:
+    """Rank within each setting by the mean over seeds, then averaged over settings;
+    only methods with a value in every setting are ranked (the others get NaN)."""
+    table = cells(records, metric)
+    settings, _ = settings_and_methods(records)
+    methods, missing = complete_methods(records, metric)
+    per_method: dict[str, list[float]] = {m: [] for m in methods + missing}
     for setting in settings:
         values = {m: table[(setting, m)].mean for m in methods if (setting, m) in table}
         for method, rank in ranks_within(values, METRICS[metric]).items():
@@ -171,9 +202,10 @@ def average_rank(records: list[RunMetrics], metric: str = "mean_accuracy") -> di
 
 def tail_rank(records: list[RunMetrics]) -> dict[str, float]:
     """Mean over settings and over worst, bottom-20% (higher better) and gap (lower
-    better) of each method's rank."""
-    settings, methods = settings_and_methods(records)
-    per_method: dict[str, list[float]] = {m: [] for m in methods}
+    better) of each method's rank; only methods with every setting are ranked."""
+    settings, _ = settings_and_methods(records)
+    methods, missing = complete_methods(records, "mean_accuracy")
+    per_method: dict[str, list[float]] = {m: [] for m in methods + missing}
     for metric in TAIL_METRICS:
         table = cells(records, metric)
         for setting in settings:
@@ -184,10 +216,12 @@ def tail_rank(records: list[RunMetrics]) -> dict[str, float]:
 
 
 def macro_average(records: list[RunMetrics], metric: str) -> dict[str, float]:
-    """Per method: the mean over settings of the setting-level means (table 2, 9)."""
+    """Per method: the mean over settings of the setting-level means (table 2, 9);
+    NaN for a method without a value in every setting."""
     table = cells(records, metric)
-    settings, methods = settings_and_methods(records)
-    result = {}
+    settings, _ = settings_and_methods(records)
+    methods, missing = complete_methods(records, metric)
+    result = {method: math.nan for method in missing}
     for method in methods:
         values = [table[(s, method)].mean for s in settings if (s, method) in table and not math.isnan(table[(s, method)].mean)]
         result[method] = mean(values) if values else math.nan

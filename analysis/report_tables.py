@@ -8,6 +8,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from analysis.row_flags import flag_note, flagged, row_flags
 from analysis.final_metrics import (
     METRICS,
     Cell,
@@ -16,6 +17,7 @@ from analysis.final_metrics import (
     PAIRED_GLOBAL,
     best_two,
     cells,
+    complete_methods,
     macro_average,
     personalisation_gains,
     settings_and_methods,
@@ -68,6 +70,7 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
     marks = {s: best_two(table, s, methods, METRICS[metric]) for s in settings}
     ranks = average_rank(records, metric) if with_rank else {}
     macro = macro_average(records, metric) if with_macro else {}
+    flags = row_flags(records)
     for method in methods:
         if all((s, method) not in table or math.isnan(table[(s, method)].mean) for s in settings):
             continue
@@ -77,17 +80,37 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
             if cell is None or math.isnan(cell.mean):
                 row.append(Text("-"))
                 continue
-            text = _with_std(cell, scale)
+            text = flagged(_with_std(cell, scale), flags.get((setting, method)))
             best, second = marks[setting]
             row.append(Text(text, "best" if method in best else "second" if method in second else ""))
         if with_rank:
-            row.append(Text(f"{ranks[method]:.2f}"))
+            row.append(Text(_rank(ranks[method])))
         if with_macro:
             row.append(Text(_percent(macro[method], scale)))
         result.rows.append(row)
     seeds = sorted({r.seed for r in records})
-    result.note = f"{len(records)} runs; seeds {', '.join(map(str, seeds))}. Bold: best per setting; underlined: second best."
+    notes = [f"{len(records)} runs; seeds {', '.join(map(str, seeds))}. Bold: best per setting; underlined: second best."]
+    notes.append(_missing_note(records, metric) if (with_rank or with_macro) else "")
+    notes.append(flag_note({key: found for key, found in flags.items() if key[1] in methods}))
+    result.note = " ".join(note for note in notes if note)
     return result
+
+
+def _rank(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
+
+
+def _missing_note(records: list[RunMetrics], metric: str) -> str:
+    """Which methods have no rank or macro value, and why."""
+    _, missing = complete_methods(records, metric)
+    if not missing:
+        return ""
+    settings, _ = settings_and_methods(records)
+    table = cells(records, metric)
+    named = [f"{m} (no {', '.join(s for s in settings if (s, m) not in table or math.isnan(table[(s, m)].mean))})" for m in missing]
+    return (
+        "Ranks and macro values compare only methods run in every setting; without them: " + "; ".join(named) + "."
+    )
 
 
 def macro_table(records: list[RunMetrics]) -> ReportTable:
@@ -97,8 +120,15 @@ def macro_table(records: list[RunMetrics]) -> ReportTable:
     tails = tail_rank(records)
     result = ReportTable("Client-level results macro-averaged over settings (table 2 form)", ["Method", *[c for c, _ in columns], "Tail rank ↓"])
     for method in methods:
-        result.rows.append([Text(method), *[Text(_percent(averages[m][method], 100.0)) for _, m in columns], Text(f"{tails[method]:.2f}")])
-    result.note = "Tail rank: each method's rank in worst, bottom-20% and gap, averaged over those three and over settings."
+        result.rows.append([Text(method), *[Text(_percent(averages[m][method], 100.0)) for _, m in columns], Text(_rank(tails[method]))])
+    result.note = " ".join(
+        note
+        for note in (
+            "Tail rank: each method's rank in worst, bottom-20% and gap, averaged over those three and over settings.",
+            _missing_note(records, "mean_accuracy"),
+        )
+        if note
+    )
     return result
 
 
@@ -195,16 +225,28 @@ def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
         return None
     table = ReportTable(
         "Clustered methods: groups found at the final evaluation and their ARI against the planted groups, beside the mean accuracy",
-        ["Setting", "Method", "Mean acc.", "Groups found (per seed)", "ARI vs planted"],
+        ["Setting", "Method", "Mean acc.", "Groups found (per seed)", "ARI vs planted", "Flags"],
     )
+    flags = row_flags(records)
     accuracy, ari = cells(grouped, "mean_accuracy"), cells(grouped, "ari_true")
     for setting, method in sorted({(r.setting, r.method) for r in grouped}):
         runs = sorted((r for r in grouped if (r.setting, r.method) == (setting, method)), key=lambda r: r.seed)
         found = ", ".join(str(int(r.values["num_groups"])) for r in runs)
         ari_cell = ari.get((setting, method))
         ari_text = "-" if ari_cell is None or math.isnan(ari_cell.mean) else _with_std(ari_cell, scale=1.0)
-        table.rows.append([Text(setting), Text(method), Text(_with_std(accuracy[(setting, method)])), Text(found), Text(ari_text)])
-    table.note = "Groups: distinct groups among the clients' final assignments (argmax membership for soft methods); ARI 1 = the planted groups exactly, 0 = chance."
+        row_flag = "; ".join(flags.get((setting, method), [])) or "-"
+        table.rows.append(
+            [Text(setting), Text(method), Text(_with_std(accuracy[(setting, method)])), Text(found), Text(ari_text), Text(row_flag)]
+        )
+    table.note = " ".join(
+        note
+        for note in (
+            "Groups: distinct groups among the clients' final assignments (argmax membership for soft methods); ARI 1 = the "
+            "planted groups exactly, 0 = chance.",
+            flag_note({key: found for key, found in flags.items() if key in {(r.setting, r.method) for r in grouped}}),
+        )
+        if note
+    )
     return table
 
 

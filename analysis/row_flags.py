@@ -1,0 +1,77 @@
+"""Warnings a report prints on a row itself, so that a table copied into a paper
+carries them: a clustered method that collapsed, a method far below Local, a
+row with fewer seeds than the others.
+
+Each flag follows a stated rule over the runs behind the row (FLAG_RULES), and
+every table that shows a flagged row repeats the rules in its note."""
+
+from __future__ import annotations
+
+import math
+from statistics import mean, stdev
+
+from analysis.final_metrics import RunMetrics
+
+# a mean normalised membership entropy at or above this is "uniform": every client
+# spreads its weight almost evenly over the method's clusters
+UNIFORM_ENTROPY = 0.95
+LOCAL = "local"
+
+FLAG_RULES = {
+    "one group": "collapsed: a clustered method ended with one group where the partition plants several (in at least one seed)",
+    "uniform memberships": f"collapsed: mean normalised membership entropy >= {UNIFORM_ENTROPY} (every client spread evenly over the clusters; in at least one seed)",
+    "worst client 0%": "the worst client scored 0% in at least one seed",
+    "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
+    "fewer seeds": "fewer seeds than the most any method has in this setting",
+}
+
+
+def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
+    """(setting, method) -> the flags that apply, in FLAG_RULES order."""
+    grouped: dict[tuple[str, str], list[RunMetrics]] = {}
+    for record in records:
+        grouped.setdefault((record.setting, record.method), []).append(record)
+    most_seeds = {setting: max(len(runs) for (s, _), runs in grouped.items() if s == setting) for setting, _ in grouped}
+    flags: dict[tuple[str, str], list[str]] = {}
+    for (setting, method), runs in grouped.items():
+        found = []
+        if any(_value(r, "num_groups") == 1 and not math.isnan(_value(r, "ari_true")) for r in runs):
+            found.append("one group")
+        if any(_value(r, "membership_entropy") >= UNIFORM_ENTROPY for r in runs):
+            found.append("uniform memberships")
+        if any(_value(r, "worst_accuracy") == 0.0 for r in runs):
+            found.append("worst client 0%")
+        local = grouped.get((setting, LOCAL))
+        if method != LOCAL and local and _below(runs, local):
+            found.append("below Local")
+        if len(runs) < most_seeds[setting]:
+            found.append(f"fewer seeds ({len(runs)} of {most_seeds[setting]})")
+        if found:
+            flags[(setting, method)] = found
+    return flags
+
+
+def flag_note(flags: dict[tuple[str, str], list[str]]) -> str:
+    """The rules of the flags that appear, for a table's note ('' when none does)."""
+    used = {flag.split(" (", 1)[0] for found in flags.values() for flag in found}
+    rules = [f"[{name}] {rule}" for name, rule in FLAG_RULES.items() if name in used]
+    return ("Flags on a row: " + "; ".join(rules) + ".") if rules else ""
+
+
+def flagged(text: str, flags: list[str] | None) -> str:
+    return f"{text} [{'; '.join(flags)}]" if flags else text
+
+
+def _value(record: RunMetrics, name: str) -> float:
+    value = record.values.get(name, math.nan)
+    return math.nan if value is None else float(value)
+
+
+def _below(runs: list[RunMetrics], local: list[RunMetrics]) -> bool:
+    own = [v for v in (_value(r, "mean_accuracy") for r in runs) if not math.isnan(v)]
+    reference = [v for v in (_value(r, "mean_accuracy") for r in local) if not math.isnan(v)]
+    if not own or not reference:
+        return False
+    spreads = [stdev(values) for values in (own, reference) if len(values) > 1]
+    spread = max(spreads) if spreads else 0.0
+    return mean(own) < mean(reference) - spread

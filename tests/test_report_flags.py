@@ -1,0 +1,64 @@
+"""Reports that cannot mislead: collapsed and weak rows are marked in every output
+format, and averages over settings compare only methods that ran every setting."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analysis.final_metrics import RunMetrics, average_rank, macro_average
+from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown
+from analysis.row_flags import row_flags
+
+
+def run(setting, method, seed, mean, worst=0.3, groups=math.nan, ari=math.nan, entropy=math.nan):
+    values = {
+        "mean_accuracy": mean, "worst_accuracy": worst, "bottom20_accuracy": worst, "gap": 0.2,
+        "mean_accuracy_global": math.nan, "ari_true": ari, "num_groups": groups, "membership_entropy": entropy,
+    }  # fmt: skip
+    return RunMetrics(setting, method, seed, values)
+
+
+RUNS = [
+    *(run("rot", "local", seed, 0.50 + 0.01 * i) for i, seed in enumerate((1, 2, 3))),
+    *(run("rot", "hdcfl", seed, 0.60, groups=4, ari=1.0, entropy=0.1) for seed in (1, 2, 3)),
+    # one cluster where four are planted, worst client at 0, far below Local
+    *(run("rot", "pacfl", seed, 0.30, worst=0.0, groups=1, ari=0.0) for seed in (1, 2, 3)),
+    # soft memberships spread evenly over the clusters
+    *(run("rot", "fedce", seed, 0.505, groups=4, ari=0.0, entropy=0.99) for seed in (1, 2, 3)),
+    # only one seed
+    run("rot", "ifca", 1, 0.55, groups=4, ari=0.5, entropy=math.nan),
+    *(run("ls3", "local", seed, 0.40) for seed in (1, 2, 3)),
+    *(run("ls3", "hdcfl", seed, 0.45, groups=4, ari=0.3) for seed in (1, 2, 3)),
+    *(run("ls3", "pacfl", seed, 0.41, groups=8, ari=0.6) for seed in (1, 2, 3)),
+    *(run("ls3", "fedce", seed, 0.42, groups=4, ari=0.2, entropy=0.5) for seed in (1, 2, 3)),
+]
+
+
+def test_each_collapse_and_shortfall_is_flagged_by_its_rule():
+    flags = row_flags(RUNS)
+    assert flags[("rot", "pacfl")] == ["one group", "worst client 0%", "below Local"]
+    assert flags[("rot", "fedce")] == ["uniform memberships"]  # 0.505 vs 0.51 ± 0.01: inside the spread
+    assert flags[("rot", "ifca")] == ["fewer seeds (1 of 3)"]
+    assert ("rot", "hdcfl") not in flags and ("ls3", "pacfl") not in flags and ("rot", "local") not in flags
+
+
+@pytest.mark.parametrize("render", [to_markdown, to_csv, to_latex])
+def test_flags_appear_in_every_output_format(render):
+    text = render(all_tables(RUNS))
+    for flag in ("one group", "worst client 0", "below Local", "uniform memberships", "fewer seeds (1 of 3)"):
+        assert flag in text, flag
+
+
+def test_a_method_missing_a_setting_gets_no_macro_value_or_rank_and_is_named():
+    assert math.isnan(macro_average(RUNS, "mean_accuracy")["ifca"])
+    assert math.isnan(average_rank(RUNS)["ifca"])
+    assert not math.isnan(average_rank(RUNS)["hdcfl"])
+    # the ranks of the complete methods ignore ifca: hdcfl is first in both settings
+    assert average_rank(RUNS)["hdcfl"] == 1.0
+    markdown = to_markdown(all_tables(RUNS))
+    assert "without them: ifca (no ls3)" in markdown
+    mean_table = all_tables(RUNS)[0]
+    ifca_row = next(row for row in mean_table.rows if row[0].value == "ifca")
+    assert ifca_row[-1].value == "-"  # no average rank
