@@ -346,6 +346,20 @@ def report(
     if missing:
         _fail_bad_input(ScenarioError(f"no such run directory: {', '.join(missing)}"))
     runs = load_runs(list(paths))
+    left_out = [run for run in runs if run.status != "completed" or run.final_evaluated_round() is None]
+    if left_out:  # a half-finished run would mix rounds into the final-round tables
+        Console(stderr=True).print(
+            f"left out {len(left_out)} unfinished run(s): "
+            + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out),
+            highlight=False,
+        )
+    validation_scored = [run for run in runs if run.scored_on_validation]
+    if validation_scored:
+        Console(stderr=True).print(
+            f"note: {len(validation_scored)} run(s) were scored on validation images held out of the clients' training "
+            "data (partition.validation_fraction), not on the test set; the tables list them as '<setting> (validation)'",
+            highlight=False,
+        )
     records = run_metrics(runs)
     if not records:
         _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))

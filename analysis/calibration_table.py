@@ -54,10 +54,6 @@ def _text(value: float, percent: bool) -> str:
     return f"{100 * value:.2f}" if percent else f"{value:.2f}"
 
 
-def scored_on_validation(run: RunRecord) -> bool:
-    return (run.scenario.get("partition") or {}).get("validation_fraction") is not None
-
-
 def _mean_of(values: list[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return mean(finite) if finite else math.nan
@@ -69,7 +65,7 @@ def choose_value(runs: list[RunRecord], key: str) -> CalibrationChoice:
     completed = [run for run in runs if run.status == "completed" and run.final_evaluated_round() is not None]
     if not completed:
         return CalibrationChoice(None, SELECTION_RULE, "validation")
-    if not all(scored_on_validation(run) for run in completed):
+    if not all(run.scored_on_validation for run in completed):
         return CalibrationChoice(None, SELECTION_RULE, "test (oracle)")
     by_value: dict[str, list[float]] = {}
     for run in sorted(completed, key=lambda r: _sort_key(_value_of(r, key))):
@@ -83,7 +79,7 @@ def choose_value(runs: list[RunRecord], key: str) -> CalibrationChoice:
 
 def calibration_table(runs: list[RunRecord], key: str) -> ReportTable:
     completed = [run for run in runs if run.status == "completed" and run.final_evaluated_round() is not None]
-    validation = bool(completed) and all(scored_on_validation(run) for run in completed)
+    validation = bool(completed) and all(run.scored_on_validation for run in completed)
     accuracy_label = "validation" if validation else "test (oracle)"
     table = ReportTable(
         f"Calibration of {key}: accuracy on {accuracy_label} images, groups found and budget per value",

@@ -4,12 +4,18 @@ per-client accuracy distributions, and the membership heatmap at the last refres
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from analysis.runs import RunRecord
+
+
+def _file_part(setting: str) -> str:
+    """A setting name as a file-name part: "cpu-c10-rot (validation)" -> "cpu-c10-rot_validation"."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", setting).strip("_")
 
 
 def _pyplot():
@@ -53,7 +59,7 @@ def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_title(f"{setting}: learning curves (shaded: ± one std over seeds)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-        path = out_dir / f"learning_curves_{setting}.png"
+        path = out_dir / f"learning_curves_{_file_part(setting)}.png"
         figure.tight_layout()
         figure.savefig(path, dpi=120)
         plt.close(figure)
@@ -93,7 +99,7 @@ def grouping_diagnostics(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axes[0].legend(fontsize=7)
         figure.suptitle(f"{setting}: grouping diagnostics at each refresh")
         figure.tight_layout()
-        path = out_dir / f"grouping_{setting}.png"
+        path = out_dir / f"grouping_{_file_part(setting)}.png"
         figure.savefig(path, dpi=120)
         plt.close(figure)
         written.append(path)
@@ -120,7 +126,7 @@ def client_distributions(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_title(f"{setting}: per-client accuracy (seeds pooled; triangle = mean)")
         axis.grid(alpha=0.3, axis="y")
         figure.tight_layout()
-        path = out_dir / f"clients_{setting}.png"
+        path = out_dir / f"clients_{_file_part(setting)}.png"
         figure.savefig(path, dpi=120)
         plt.close(figure)
         written.append(path)
@@ -148,7 +154,7 @@ def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_title(f"{run.setting} {run.algorithm} seed {run.seed}\nmemberships, round {final['round']}", fontsize=9)
         figure.colorbar(image, ax=axis)
         figure.tight_layout()
-        path = out_dir / f"memberships_{run.setting}_{run.algorithm}_seed{run.seed}.png"
+        path = out_dir / f"memberships_{_file_part(run.setting)}_{run.algorithm}_seed{run.seed}.png"
         figure.savefig(path, dpi=120)
         plt.close(figure)
         written.append(path)

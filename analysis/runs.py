@@ -24,7 +24,15 @@ class RunRecord:
 
     @property
     def setting(self) -> str:
-        return str(self.scenario.get("name"))
+        """The scenario's name; runs scored on held-out training images instead of the
+        test set (`partition.validation_fraction`) are a setting of their own, never
+        averaged with test-scored runs of the same name."""
+        name = str(self.scenario.get("name"))
+        return f"{name} (validation)" if self.scored_on_validation else name
+
+    @property
+    def scored_on_validation(self) -> bool:
+        return (self.scenario.get("partition") or {}).get("validation_fraction") is not None
 
     @property
     def algorithm(self) -> str:

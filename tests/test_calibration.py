@@ -112,6 +112,7 @@ def test_the_rule_picks_the_best_mean_validation_accuracy_and_breaks_ties_toward
 
     class FakeRun:
         status = "completed"
+        scored_on_validation = True
 
         def __init__(self, value: float, accuracy: float) -> None:
             self.scenario = {"algorithm": {"fedprox": {"mu": value}}, "partition": {"validation_fraction": 0.2}}
