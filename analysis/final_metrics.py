@@ -10,9 +10,10 @@ settings with a tail rank (table 2 form).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import mean, stdev
 
+from analysis.provenance import run_provenance
 from analysis.runs import RunRecord
 
 # metric -> True when higher is better
@@ -45,6 +46,8 @@ class RunMetrics:
     method: str
     seed: int
     values: dict[str, float]  # fractions (accuracies, gap), ARI as is; NaN when absent
+    # what produced the run (analysis/provenance.py): commit, CPU/GPU model, torch and Ray versions
+    provenance: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
         values = {metric: _float(final.get(metric)) for metric in METRICS}
         values.update(run_budget(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
-        records.append(RunMetrics(run.setting, run.method, run.seed, values))
+        records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest)))
     return records
 
 

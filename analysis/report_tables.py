@@ -8,6 +8,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from analysis.provenance import provenance_note
 from analysis.row_flags import flag_note, flagged, row_flags
 from analysis.final_metrics import (
     METRICS,
@@ -299,7 +300,11 @@ def all_tables(records: list[RunMetrics]) -> list[ReportTable]:
     if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in records):
         tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
     optional = (clustered_table(records), budget_table(records), gain_table(records), paired_table(records))
-    return tables + [table for table in optional if table is not None] + variant_tables(records)
+    every = tables + [table for table in optional if table is not None] + variant_tables(records)
+    source = provenance_note(record.provenance for record in records if record.provenance)
+    for table in every:  # a table copied on its own still says what produced it
+        table.note = " ".join(note for note in (table.note, source) if note)
+    return every
 
 
 # ---- renderings ----
@@ -337,7 +342,10 @@ def to_latex(tables: list[ReportTable]) -> str:
         ]
         for row in table.rows:
             lines.append(" & ".join(_latex_cell(cell) for cell in row) + " \\\\")
-        lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
+        lines += ["\\bottomrule", "\\end{tabular}"]
+        if table.note:  # flags' rules and provenance travel with the table
+            lines += ["", "\\par\\footnotesize " + _latex_escape(table.note)]
+        lines += ["\\end{table}"]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
 
@@ -366,6 +374,8 @@ def to_csv(tables: list[ReportTable]) -> str:
         writer.writerow(table.header)
         for row in table.rows:
             writer.writerow([cell.value for cell in row])
+        if table.note:
+            writer.writerow([f"# {table.note}"])
         writer.writerow([])
     return buffer.getvalue()
 

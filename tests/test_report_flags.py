@@ -62,3 +62,19 @@ def test_a_method_missing_a_setting_gets_no_macro_value_or_rank_and_is_named():
     mean_table = all_tables(RUNS)[0]
     ifca_row = next(row for row in mean_table.rows if row[0].value == "ifca")
     assert ifca_row[-1].value == "-"  # no average rank
+
+
+def test_every_table_says_what_produced_its_runs_in_every_format():
+    from analysis.provenance import run_provenance
+
+    manifest = {
+        "git_revision": "0123456789abcdef", "git_dirty": False,
+        "hardware": {"cpu_model": "Intel(R) Xeon(R) Processor"}, "packages": {"torch": "2.14.1", "ray": "2.60.0"},
+    }  # fmt: skip
+    amd = {**manifest, "hardware": {"cpu_model": "AMD EPYC 9B14"}}
+    runs = [RunMetrics(r.setting, r.method, r.seed, r.values, run_provenance(amd if r.seed == 3 else manifest)) for r in RUNS]
+    tables = all_tables(runs)
+    assert all("Made from 25 runs: commit 0123456789" in table.note for table in tables)
+    assert "Intel(R) Xeon(R) Processor (17 runs), AMD EPYC 9B14 (8 runs)" in tables[0].note
+    for render in (to_markdown, to_csv, to_latex):
+        assert "torch 2.14.1" in render(tables) and "Ray 2.60.0" in render(tables)

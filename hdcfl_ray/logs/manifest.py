@@ -40,9 +40,35 @@ def git_revision(directory: Path) -> str | None:
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
+def cpu_model() -> str | None:
+    """The CPU's marketing name (Linux: /proc/cpuinfo's "model name"): CPUs of other
+    vendors round some float operations differently, so results cite it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def git_dirty(directory: Path) -> bool | None:
+    """True when tracked files differ from the recorded revision (the run's code is not
+    exactly that commit); None outside a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(result.stdout.strip()) if result.returncode == 0 else None
+
+
 def hardware() -> dict[str, Any]:
     info: dict[str, Any] = {
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
         "processor": platform.processor(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
@@ -68,6 +94,7 @@ def write_manifest(run_dir: Path, seed: int, scenario_name: str, extra: dict[str
         "packages": package_versions(),
         "hardware": hardware(),
         "git_revision": git_revision(Path(__file__).resolve().parent),
+        "git_dirty": git_dirty(Path(__file__).resolve().parent),
         **extra,
     }
     write_text_durably(run_dir / MANIFEST, json.dumps(manifest, indent=2, default=str))
