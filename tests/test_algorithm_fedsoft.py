@@ -1,5 +1,8 @@
-"""FedSoft: importance weights, per-centre selection, centre aggregation in both
-modes, the proximal pull toward the centres, and reproducibility."""
+"""FedSoft: importance weights, per-centre selection, centre aggregation in every
+mode (in "sampled" and "all_clients" each centre is c_s = sum_k v_{s,k} w_k over
+every client's latest model, whoever trained this round), the server's copy of
+the client models and its checkpoint, the proximal pull toward the centres, and
+reproducibility."""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ import numpy as np
 import pytest
 
 from hdcfl_ray.algorithms.aggregate import weighted_average
-from hdcfl_ray.algorithms.fedsoft import FedSoft
+from hdcfl_ray.algorithms.fedsoft import FedSoft, FedSoftParams
+from hdcfl_ray.algorithms.fedsoft_centres import soft_centres
 from hdcfl_ray.algorithms.fedsoft_importance import (
     importance_weights,
     select_per_centre,
@@ -18,8 +22,11 @@ from hdcfl_ray.algorithms.proximal import (
     proximal_anchor,
     proximal_regulariser,
 )
+from hdcfl_ray.checkpoint.codec import Decoder, Encoder
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.methods import run_info
+from hdcfl_ray.contract import ModelParams, RunInfo, Upload
+from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario
@@ -59,6 +66,34 @@ def test_server_weights_are_importance_times_samples_normalised_per_centre():
     assert np.allclose(v.sum(axis=1), 1.0)
     assert v[0, 0] == pytest.approx(90 / (90 + 25 + 40))
     assert v[1, 2] == pytest.approx(160 / (10 + 25 + 160))
+
+
+def flat(model) -> np.ndarray:
+    return np.concatenate([model.encoder, model.head]).astype(np.float64)
+
+
+def direct_centres(weights, models) -> list[np.ndarray]:
+    """c_s = sum_k v_{s,k} w_k, written out over every client."""
+    return [sum(float(weights[s, k]) * flat(models[k]) for k in range(len(models))) for s in range(weights.shape[0])]
+
+
+def test_soft_centres_are_the_importance_weighted_sums_over_every_client_model():
+    rng = np.random.default_rng(3)
+    models = [ModelParams(rng.normal(size=7).astype(np.float32), rng.normal(size=3).astype(np.float32)) for _ in range(5)]
+    v = server_weights(rng.dirichlet(np.ones(2), size=5), rng.integers(10, 100, size=5))
+    centres = soft_centres(v, models)
+    for centre, expected in zip(centres, direct_centres(v, models)):
+        assert np.allclose(flat(centre), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_soft_centres_skip_zero_weights_and_leave_a_weightless_centre_to_the_caller():
+    models = [ModelParams(np.full(4, float(k), np.float32), np.full(2, float(k), np.float32)) for k in range(3)]
+    v = np.array([[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]])  # a zero row needs sigma = 0
+    first, second = soft_centres(v, models)
+    assert np.array_equal(first.encoder, np.full(4, 1.0, np.float32))
+    assert second is None
+    with pytest.raises(ValueError, match="one column per model"):
+        soft_centres(v[:, :2], models)
 
 
 def test_per_centre_selection_draws_k_sel_distinct_clients_with_positive_weight():
@@ -139,17 +174,108 @@ def test_all_clients_mode_centre_is_the_importance_weighted_average_of_all_clien
         assert np.array_equal(run.server.state.centres[s].encoder, expected)
 
 
-def test_default_mode_trains_only_the_runtimes_sample_and_weights_its_uploads_by_importance():
+def test_default_mode_trains_only_the_runtimes_sample_and_weights_every_clients_model_by_importance():
+    # round 1: the four sampled clients hold their uploads, the other four still the initial model
     run = fedsoft_run(centers=3, protocol={"participation": 0.5})
+    initial = run.host.client_states[0].model
     report = run.run_round(1)
     algorithm = run.algorithm
-    clients = sorted(algorithm.uploads)
-    assert len(clients) == 4 and report.selected == clients  # the same budget as any other method
+    sampled = sorted(algorithm.uploads)
+    assert len(sampled) == 4 and report.selected == sampled  # the same budget as any other method
+    latest = [algorithm.uploads[k] if k in algorithm.uploads else initial for k in range(8)]
     for s in range(3):
-        v = [float(algorithm.weights[s, k]) for k in clients]
-        expected = weighted_average([algorithm.uploads[k].encoder for k in clients], v)
+        expected = weighted_average([m.encoder for m in latest], [float(algorithm.weights[s, k]) for k in range(8)])
         assert np.array_equal(run.server.state.centres[s].encoder, expected)
     assert any("selection_mode=sampled" in event for event in report.events)
+
+
+def two_community_fedsoft(num_clients=6):
+    """FedSoft's server with two centres, clients 0-2 importance-weighted almost
+    wholly on centre 0 and 3-5 on centre 1 (sigma floor 1e-4 on the other), and
+    client k's model filled with the value k."""
+    algorithm = FedSoft(FedSoftParams(centers=2), RunInfo(seed=0, rounds=3))
+    zero = ModelParams(np.zeros(4, np.float32), np.zeros(2, np.float32))
+    state = algorithm.init_server(zero, [zero, zero], num_clients)
+    for k in range(num_clients):
+        counts = np.array([100, 0]) if k < num_clients // 2 else np.array([0, 100])
+        state.importance[k] = importance_weights(counts, 1e-4)
+        state.num_samples[k] = 100
+    state.weights = server_weights(state.importance, state.num_samples)
+    return algorithm, state
+
+
+def upload_of(client_id, value):
+    model = ModelParams(np.full(4, value, np.float32), np.full(2, value, np.float32))
+    return Upload(client_id=client_id, num_samples=100, train_loss=0.0, steps=1, models={"model": model})
+
+
+def test_a_centre_with_no_sampled_member_is_built_from_every_clients_latest_model_not_from_the_sampled_strangers():
+    algorithm, state = two_community_fedsoft()
+    online = list(range(6))
+    algorithm.select(state, 1, sampled=online, online=online)
+    algorithm.aggregate(state, 1, [upload_of(k, float(k)) for k in online])  # every w_k = k
+    # round 2: only centre 0's members (0, 1, 2) are sampled; they move to 10, 11, 12
+    algorithm.select(state, 2, sampled=[0, 1, 2], online=online)
+    algorithm.aggregate(state, 2, [upload_of(k, 10.0 + k) for k in (0, 1, 2)])
+
+    latest = [upload_of(k, value).models["model"] for k, value in enumerate([10.0, 11.0, 12.0, 3.0, 4.0, 5.0])]
+    expected = direct_centres(state.weights, latest)
+    for s in range(2):
+        assert np.allclose(flat(state.centres[s]), expected[s], rtol=1e-6)
+    # centre 1 stays with its own members' models (mean 4) plus the sigma-floor share of the others
+    assert flat(state.centres[1]) == pytest.approx(np.full(6, 4.0), abs=0.01)
+    # renormalising v over the round's uploads would have made it their average (11): strangers only
+    assert not np.allclose(flat(state.centres[1]), 11.0, atol=1.0)
+    assert [flat(m)[0] for m in state.clients] == [10.0, 11.0, 12.0, 3.0, 4.0, 5.0]
+
+
+def test_sampled_centres_match_the_direct_sum_over_every_clients_latest_model_after_several_rounds():
+    run = fedsoft_run(centers=2, importance_every=1, protocol={"participation": 0.5, "rounds": 4})
+    algorithm = run.algorithm
+    latest = {k: run.host.client_states[k].model for k in range(8)}  # the shared initial model
+    trained = set()
+    for round_index in range(1, 5):
+        run.run_round(round_index)
+        latest.update(algorithm.uploads)
+        trained.update(algorithm.uploads)
+        state = run.server.state
+        # the server's copy of w_k is the client's own current model, trained this round or not
+        for k in range(8):
+            assert np.array_equal(flat(state.clients[k]), flat(run.host.client_states[k].model))
+            assert np.array_equal(flat(state.clients[k]), flat(latest[k]))
+        for s, expected in enumerate(direct_centres(algorithm.weights, [latest[k] for k in range(8)])):
+            assert np.allclose(flat(state.centres[s]), expected, rtol=1e-5, atol=1e-6)
+    assert len(trained) > 4  # several rounds, different samples: more than one round's clients are in the sum
+
+
+def test_the_client_models_round_trip_through_a_checkpoint():
+    run = fedsoft_run(centers=2, protocol={"participation": 0.5})
+    run.run_round(1)
+    state = run.server.state
+    encoder = Encoder()
+    restored = Decoder(encoder.arrays).decode(encoder.encode(state))
+    assert len(restored.clients) == 8
+    for kept, back in zip(state.clients, restored.clients):
+        assert np.array_equal(kept.encoder, back.encoder) and np.array_equal(kept.head, back.head)
+        assert back.encoder.dtype == np.float32 and back.encoder.flags.writeable
+
+
+def test_a_checkpoint_without_client_models_is_refused_with_a_clear_message():
+    # a server state written before FedSoft kept every client's latest model
+    algorithm, state = two_community_fedsoft()
+    encoder = Encoder()
+    encoded = encoder.encode(state)
+    del encoded["fields"]["clients"]
+    restored = Decoder(encoder.arrays).decode(encoded)
+    algorithm.select(restored, 1, sampled=[0], online=[0])
+    with pytest.raises(ScenarioError, match="start the run again"):
+        algorithm.aggregate(restored, 1, [upload_of(0, 1.0)])
+
+
+def test_select_mode_keeps_no_client_models():
+    run = fedsoft_run(centers=2, selection=3, selection_mode="select")
+    run.run_round(1)
+    assert run.server.state.clients is None
 
 
 def test_forced_selection_mode_keeps_per_centre_draws_even_with_many_slots():

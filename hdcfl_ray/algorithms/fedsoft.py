@@ -1,29 +1,41 @@
 """FedSoft: S soft cluster centres, one persistent personal model w_k per client,
 and a proximal pull of every w_k toward all centres weighted by the client's
-importance weights u_k (spec/baselines.md section 5).
+importance weights u_k (docs/baselines.md, FedSoft).
 
 Choices made here, each documented where it acts:
-- Full models: centres and w_k are encoder plus head ([REC] section 0); the
-  client's private head of other methods is unused. Centres start from S
-  independently seeded models (logged at round 1); every w_k starts from the
-  shared initial model.
+- Full models: centres and w_k are encoder plus head, as for every clustered
+  method (docs/baselines.md, "What is common to all methods"); the private head
+  of the shared-encoder methods is unused. Centres start from S independently
+  seeded models (logged at round 1); every w_k starts from the shared initial model.
 - Importance estimation runs for every client at round 1 (so u exists before the
   first local update) and then whenever t mod tau == 0. u_k is renormalised to
-  sum to one after smoothing (see `importance.importance_weights`).
+  sum to one after smoothing (see `fedsoft_importance.importance_weights`).
+- Aggregation over every client. In "sampled" and "all_clients" modes the
+  server keeps each client's latest personal model w_k (the shared initial model
+  until the client's first upload, then its last upload) and sets
+  c_s = sum_k v_{s,k} w_k over all K clients, v = `server_weights(u, n)`
+  (`fedsoft_centres.soft_centres`). A client's w_k changes only when it trains,
+  so this is the centre FedSoft's reference computes from all clients' current
+  models, whichever of them trained this round. Memory: K full models on the
+  server (one shared copy until clients first upload), plus the S centres; they
+  are part of the server state and so of every checkpoint. "select" mode keeps
+  no client models.
 - Selection. "sampled" (default): the runtime's uniform per-round sample
-  trains, so FedSoft spends the same local budget as every other method, and
-  c_s = sum_k v_{s,k} w_k / sum_k v_{s,k} over those uploads. "select": each
-  centre draws K_sel distinct clients with probabilities v_{s,.} from the online
-  clients, the union trains (its size is logged; the budget can exceed the
-  others') and c_s is the plain mean of its draws. "all_clients": every online
-  client trains every round and c_s = sum_k v_{s,k} w_k (the reference's
-  importance-weighted aggregation; about 1/participation times the budget, so
-  reports label it fedsoft-all).
-- lambda defaults to 0.01, re-derived for momentum SGD: one step pulls w toward
-  the anchor by lr * lambda / (1 - momentum) of the distance, so lambda = 0.01
-  closes about 5% of it per 10 steps at lr 0.05, momentum 0.9; the reference's
-  0.1 was set for Adam at lr 1e-4, whose steps are bounded by the learning rate
-  (docs/baselines.md shows the derivation and the calibration runs).
+  trains, so FedSoft spends the same local budget as every other method.
+  "select": each centre draws K_sel distinct clients with probabilities v_{s,.}
+  from the online clients, the union trains (its size is logged; the budget can
+  exceed the others') and c_s is the plain mean of its draws. "all_clients":
+  every online client trains every round (the reference's schedule without
+  selection; about 1/participation times the budget, so reports label it
+  fedsoft-all).
+- lambda (`proximal`) defaults to 0.01. Under the local optimiser the proximal
+  gradient lambda * sum_s u_s (w - c_s) is scaled by the learning rate and the
+  momentum exactly as the data gradient is, so the point local training moves
+  toward (the stationary point of CE + lambda/2 sum_s u_s ||w - c_s||^2, plus
+  the weight decay) does not depend on lr or momentum; how strongly lambda
+  should tie w_k to the centres depends on the data and the model. It is chosen
+  per setting with `hdcfl-ray calibrate` on held-out validation data
+  (docs/calibration.md), like the other methods' data-dependent knobs.
 - The proximal term covers model parameters only; BatchNorm running statistics
   are not pulled, but they are averaged into the centres with everything else.
 """
@@ -39,25 +51,28 @@ from pydantic import Field
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.errors import ScenarioError
 
 
 class FedSoftParams(Section):
-    """S soft cluster centres and a proximal pull of each personal model (spec/baselines.md, FedSoft)."""
+    """S soft cluster centres and a proximal pull of each personal model (docs/baselines.md, FedSoft)."""
 
     centers: int = Field(3, ge=1, description="S cluster centres")
-    # re-derived for momentum SGD (docs/baselines.md, FedSoft): 0.1 from Adam at lr 1e-4
-    # ties every model to its randomly initialised centres under SGD at lr 0.05
+    # data-dependent: set per setting with `hdcfl-ray calibrate` on held-out validation data
+    # (docs/calibration.md); lr and momentum scale the pull and the data gradient alike
     proximal: float = Field(0.01, ge=0.0, description="lambda of the proximal pull towards the centres")
     importance_every: int = Field(2, ge=1, description="tau: rounds between importance estimates")
     smoothing: float = Field(1.0e-4, ge=0.0, description="sigma: floor on the importance counts")
     selection: int = Field(20, ge=1, description="K_sel clients per centre (selection_mode: select)")
-    # "sampled": the runtime's per-round sample trains (every method's budget) and each centre is the
-    # importance-weighted average of those uploads; "select": each centre draws K_sel clients with
-    # probabilities v_s (the union trains); "all_clients": every online client trains every round
-    # (about 1/participation times the budget; reported as its own method, fedsoft-all)
+    # "sampled": the runtime's per-round sample trains (every method's budget); "all_clients": every
+    # online client trains every round (about 1/participation times the budget; reported as its own
+    # method, fedsoft-all); in both, c_s = sum_k v_sk w_k over every client's latest model.
+    # "select": each centre draws K_sel clients with probabilities v_s (the union trains) and is the
+    # plain mean of its draws
     selection_mode: Literal["sampled", "select", "all_clients"] = Field(
         "sampled", description="who trains: the round's sample, K_sel clients per centre, or every online client"
     )
@@ -76,6 +91,9 @@ class FedSoftState:
     num_samples: np.ndarray  # n_k, (K,)
     weights: np.ndarray  # v, (S, K), rows sum to one
     selections: list[np.ndarray] | None = None  # this round's clients per centre (selection mode)
+    # w_k, every client's latest personal model (the shared initial model before its first upload),
+    # kept when `weighted`: K full models on the server. None in selection mode.
+    clients: list[ModelParams] | None = None
 
 
 @dataclass
@@ -114,6 +132,7 @@ class FedSoft(AlgorithmDefaults):
             importance=importance,
             num_samples=num_samples,
             weights=server_weights(importance, num_samples),
+            clients=starting_models(initial, num_clients) if weighted else None,
         )
 
     def startup_events(self, state: FedSoftState) -> tuple[str, ...]:
@@ -124,9 +143,15 @@ class FedSoft(AlgorithmDefaults):
         ]
         mode = self.params.selection_mode
         if mode == "sampled":
-            events.append("fedsoft: selection_mode=sampled: the runtime's per-round sample trains, c_s = sum_k v_sk w_k over its uploads")
+            events.append(
+                "fedsoft: selection_mode=sampled: the runtime's per-round sample trains, "
+                "c_s = sum_k v_sk w_k over every client's latest model"
+            )
         elif mode == "all_clients":
-            events.append("fedsoft: selection_mode=all_clients: every online client trains every round, c_s = sum_k v_sk w_k")
+            events.append(
+                "fedsoft: selection_mode=all_clients: every online client trains every round, "
+                "c_s = sum_k v_sk w_k over every client's latest model"
+            )
         else:
             events.append(
                 f"fedsoft: per-centre selection of {min(k_sel, k)} of {k} clients drawn with probabilities v_s "
@@ -168,19 +193,35 @@ class FedSoft(AlgorithmDefaults):
 
     def aggregate(self, state: FedSoftState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         by_client = {upload.client_id: upload for upload in uploads}
+        if state.selections is not None:
+            return self._aggregate_selected(state, by_client)
+        if state.clients is None:
+            raise ScenarioError(
+                "fedsoft: this server state keeps no client models (a checkpoint written before FedSoft kept every "
+                "client's latest model): it cannot be resumed by this version; start the run again without --resume"
+            )
+        for client_id in sorted(by_client):
+            state.clients[client_id] = kept_copy(by_client[client_id].models["model"])
+        events = []
+        for s, centre in enumerate(soft_centres(state.weights, state.clients)):
+            if centre is None:
+                events.append(f"fedsoft: centre {s} has no client with positive weight; unchanged")
+                continue
+            state.centres[s] = centre
+        return RoundNotes(events=tuple(events))
+
+    def _aggregate_selected(self, state: FedSoftState, by_client: Mapping[int, Upload]) -> RoundNotes:
+        """Selection mode: each centre is the plain mean of the uploads of the clients
+        drawn for it (importance already entered through the draw)."""
+        assert state.selections is not None
         events = []
         for s in range(self.params.centers):
-            if state.selections is not None:
-                members = [int(k) for k in state.selections[s] if int(k) in by_client]
-                weights = [1.0] * len(members)  # importance already entered through the draw
-                events.append(f"fedsoft: centre {s} selected {state.selections[s].tolist()}, averaged {len(members)}")
-            else:
-                members = [k for k in sorted(by_client) if state.weights[s, k] > 0]
-                weights = [float(state.weights[s, k]) for k in members]
+            members = [int(k) for k in state.selections[s] if int(k) in by_client]
+            events.append(f"fedsoft: centre {s} selected {state.selections[s].tolist()}, averaged {len(members)}")
             if not members:
                 events.append(f"fedsoft: centre {s} has no contributing upload this round; unchanged")
                 continue
-            state.centres[s] = weighted_average_model(members, lambda k: by_client[k].models["model"], weights)
+            state.centres[s] = weighted_average_model(members, lambda k: by_client[k].models["model"], [1.0] * len(members))
         return RoundNotes(events=tuple(events))
 
     def evaluation_task(self, state: FedSoftState, round_index: int, client_id: int, final: bool) -> ClientTask:
