@@ -202,10 +202,13 @@ SMOKE_CLIENTS = 4
 def smoke_sizes(dataset: str, kind: str) -> tuple[int, int]:
     """(train, test) images, kept small: ResNet-18 trains at about 20 images/s on two
     CPU cores. Dirichlet shares cut each class by floor(cumulative share x count), so a
-    class of one sample always lands on the last client: CIFAR-100 gets two per class there."""
+    class of one sample always lands on the last client with a share: CIFAR-100 gets two per class there.
+    NIID-Bench's #C=k draws each client's extra classes on its own, so a class can have
+    every client as a holder: CIFAR-100 label subsets get one image per client and class
+    (only the held classes are trained on, at most clients x k x 4 images)."""
     if dataset == "cifar10":
         return 80, 40
-    return (200, 100) if kind == "dirichlet" else (100, 100)
+    return {"dirichlet": (200, 100), "label_subset": (100 * SMOKE_CLIENTS, 100)}.get(kind, (100, 100))
 
 
 def smoke_overrides(dataset: str, kind: str) -> list[str]:

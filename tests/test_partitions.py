@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from hdcfl_ray.config.loading import apply_overrides, build_scenario
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.data.partitions import (
     TrainSplit,
@@ -44,11 +49,15 @@ def label_entropy(labels: np.ndarray) -> float:
 @pytest.mark.parametrize("num_clients", [4, 7, 20, 50])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_training_sample_goes_to_exactly_one_client(num_clients: int, seed: int) -> None:
+    # label_subset: every sample of a class some client holds (with few clients some classes have no holder)
     labels = balanced_labels(60)
     for kind, split in every_partitioner(labels, num_clients, seed).items():
         assert split.num_clients == num_clients, kind
         combined = np.concatenate(split.client_indices)
-        assert np.array_equal(np.sort(combined), np.arange(labels.shape[0])), kind
+        expected = np.arange(labels.shape[0])
+        if kind == "label_subset":
+            expected = np.flatnonzero(np.isin(labels, np.unique(labels[combined])))
+        assert np.array_equal(np.sort(combined), expected), kind
         for indices in split.client_indices:
             assert indices.dtype == np.int64 and np.all(np.diff(indices) > 0), kind
 
@@ -67,21 +76,109 @@ def test_iid_shares_differ_by_at_most_one_sample() -> None:
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 610
 
 
+def held_classes(labels: np.ndarray, split: TrainSplit) -> list[tuple[int, ...]]:
+    return [tuple(np.unique(labels[indices]).tolist()) for indices in split.client_indices]
+
+
+def split_digest(split: TrainSplit) -> str:
+    """A fingerprint of who holds which sample, and of the planted groups."""
+    digest = hashlib.sha256()
+    for indices in split.client_indices:
+        digest.update(np.asarray(indices, dtype=np.int64).tobytes() + b"|")
+    digest.update(repr(split.true_groups).encode())
+    return digest.hexdigest()[:16]
+
+
+# --- label_subset: NIID-Bench's #C=k (default) and the window form ----------------------
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_label_subset_by_default_gives_20_clients_mostly_different_label_sets(seed: int) -> None:
+    # NIID-Bench's #C=k draws each client's k - 1 extra classes on its own: with k = 3, C = 10 and
+    # 20 clients, 16 to 20 distinct sets over seeds 0..9 (the window form: always exactly 10).
+    labels = balanced_labels(50)
+    split = label_subset_partition(labels, 20, np.random.default_rng(seed), k=3)
+    assert len(set(held_classes(labels, split))) >= 15
+    assert split.true_groups is not None and len(set(split.true_groups)) == len(set(held_classes(labels, split)))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_label_subset_windows_give_10_label_sets_each_held_by_two_clients(seed: int) -> None:
+    labels = balanced_labels(50)
+    split = label_subset_partition(labels, 20, np.random.default_rng(seed), k=3, assignment="windows")
+    sets = held_classes(labels, split)
+    assert len(set(sets)) == 10
+    assert all(sets.count(held) == 2 for held in sets)
+
+
+@given(
+    num_classes=st.integers(2, 12),
+    num_clients=st.integers(1, 30),
+    k_fraction=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_niid_bench_client_i_holds_class_i_mod_c_and_exactly_k_classes(
+    num_classes: int, num_clients: int, k_fraction: float, seed: int
+) -> None:
+    k = 1 + round(k_fraction * (num_classes - 1))
+    labels = balanced_labels(num_clients, num_classes=num_classes, seed=seed % 100)
+    split = label_subset_partition(labels, num_clients, np.random.default_rng(seed), k=k)
+    sets = held_classes(labels, split)
+    for client, held in enumerate(sets):
+        assert len(held) == k and client % num_classes in held
+    # a class's samples are split evenly over its holders, and only held classes are used
+    for label in range(num_classes):
+        sizes = [int(np.sum(labels[indices] == label)) for indices in split.client_indices]
+        holders = [size for size, held in zip(sizes, sets) if label in held]
+        assert sum(sizes) == (num_clients if holders else 0)
+        assert not holders or max(holders) - min(holders) <= 1
+
+
+def test_niid_bench_extra_classes_are_uniform_over_the_other_classes() -> None:
+    # client 0 always holds class 0; its 2 extra classes are each of the 9 others with chance 2/9
+    labels = balanced_labels(20)
+    counts = np.zeros(NUM_CLASSES)
+    draws = 900
+    for seed in range(draws):
+        split = label_subset_partition(labels, 1, np.random.default_rng(seed), k=3)
+        counts[list(held_classes(labels, split)[0])] += 1
+    assert counts[0] == draws
+    expected = draws * 2 / 9
+    assert np.all(np.abs(counts[1:] - expected) < 4 * np.sqrt(expected))
+
+
+def test_label_subset_windows_are_the_partition_of_the_earlier_tables() -> None:
+    # Recorded with the window partitioner as it was when it was the only form: the same seed
+    # gives the same clients, sample for sample, so `partition.label_assignment: windows`
+    # reproduces the runs made before NIID-Bench's #C=k became the default.
+    labels = balanced_labels(60)
+    recorded = {0: "afb06fad63e1cb5d", 1: "ebe44fb7e027a2da", 42: "60bc92a15a53ea12"}
+    for seed, digest in recorded.items():
+        split = label_subset_partition(labels, 20, np.random.default_rng(seed), k=3, assignment="windows")
+        assert split_digest(split) == digest, seed
+
+
+@pytest.mark.parametrize("assignment", ["niid_bench", "windows"])
 @pytest.mark.parametrize("k", [1, 2, 3, 10])
 @pytest.mark.parametrize("num_clients", [4, 10, 23])
-def test_label_subset_gives_exactly_k_classes_per_client(k: int, num_clients: int) -> None:
+def test_label_subset_gives_exactly_k_classes_per_client(assignment: str, k: int, num_clients: int) -> None:
     labels = balanced_labels(50)
-    split = label_subset_partition(labels, num_clients, np.random.default_rng(3), k=k)
+    split = label_subset_partition(labels, num_clients, np.random.default_rng(3), k=k, assignment=assignment)
     for indices in split.client_indices:
         assert np.unique(labels[indices]).shape[0] == k
-    if k * num_clients >= NUM_CLASSES:
+    # every class is used once the clients can cover them: windows from k * clients >= C on,
+    # NIID-Bench's #C=k from clients >= C on (client i holds class i mod C)
+    covered = k * num_clients >= NUM_CLASSES if assignment == "windows" else num_clients >= NUM_CLASSES
+    if covered:
         used = np.unique(np.concatenate([labels[indices] for indices in split.client_indices]))
         assert used.shape[0] == NUM_CLASSES
 
 
-def test_label_subset_groups_are_the_distinct_class_sets() -> None:
+@pytest.mark.parametrize("assignment", ["niid_bench", "windows"])
+def test_label_subset_groups_are_the_distinct_class_sets(assignment: str) -> None:
     labels = balanced_labels(50)
-    split = label_subset_partition(labels, 20, np.random.default_rng(4), k=2)
+    split = label_subset_partition(labels, 20, np.random.default_rng(4), k=2, assignment=assignment)
     class_sets = [tuple(np.unique(labels[indices])) for indices in split.client_indices]
     assert split.true_groups is not None
     for first in range(20):
@@ -92,9 +189,59 @@ def test_label_subset_groups_are_the_distinct_class_sets() -> None:
 
 
 def test_label_subset_refuses_a_class_with_fewer_samples_than_holders() -> None:
+    # k = 1: client i holds class i mod 2, so clients 1 and 3 share class 1's only sample
     labels = np.array([0, 0, 0, 0, 1], dtype=np.int64)
-    with pytest.raises(ValueError, match="class 1 has 1 training samples but 2 clients"):
+    with pytest.raises(ValueError, match="class 1 has 1 training samples but 2 clients") as error:
         label_subset_partition(labels, 4, np.random.default_rng(0), k=1)
+    for key in ("partition.num_clients", "partition.k", "dataset.max_train_samples"):
+        assert key in str(error.value)
+
+
+def test_label_subset_refuses_an_unknown_assignment_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"partition\.label_assignment: .*'nope' \(choose niid_bench or windows\)"):
+        label_subset_partition(balanced_labels(5), 4, np.random.default_rng(0), k=2, assignment="nope")  # type: ignore[arg-type]
+
+
+def minimal_scenario(partition: dict) -> dict:
+    return {"name": "partition-keys", "algorithm": {"name": "fedavg"}, "partition": partition}
+
+
+def test_partition_defaults_are_niid_bench_and_the_earlier_forms_are_one_override_away() -> None:
+    default = build_scenario(minimal_scenario({"kind": "label_subset", "k": 3})).partition
+    assert (default.label_assignment, default.dirichlet_balance) == ("niid_bench", True)
+    raw = apply_overrides(
+        minimal_scenario({"kind": "label_subset", "k": 3}),
+        ["partition.label_assignment=windows", "partition.dirichlet_balance=false"],
+    )
+    earlier = build_scenario(raw).partition
+    assert (earlier.label_assignment, earlier.dirichlet_balance) == ("windows", False)
+
+
+def test_an_unknown_label_assignment_in_yaml_names_the_key_and_the_choices() -> None:
+    with pytest.raises(ScenarioError) as error:
+        build_scenario(minimal_scenario({"kind": "label_subset", "k": 3, "label_assignment": "window"}))
+    for fragment in ("partition.label_assignment", "niid_bench", "windows"):
+        assert fragment in str(error.value)
+
+
+def test_build_partition_reads_the_form_from_the_config() -> None:
+    train_labels, test_labels = balanced_labels(60), balanced_labels(10, seed=1)
+
+    def build(**partition: object) -> list[int]:
+        config = PartitionConfig(num_clients=20, **partition)
+        return [client.num_train for client in build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=3).clients]
+
+    def label_sets(assignment: str) -> int:
+        config = PartitionConfig(kind="label_subset", num_clients=20, k=3, label_assignment=assignment)
+        groups = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=3).true_groups()
+        assert groups is not None
+        return len(set(groups.tolist()))
+
+    assert label_sets("windows") == 10 and label_sets("niid_bench") >= 15
+    balanced = build(kind="dirichlet", alpha=0.1, min_samples=5)
+    unbalanced = build(kind="dirichlet", alpha=0.1, min_samples=5, dirichlet_balance=False)
+    assert balanced != unbalanced
+    assert max(balanced) < 600 // 20 + 60  # below N / num_clients + one class
 
 
 def test_dirichlet_gets_more_skewed_as_alpha_falls() -> None:
@@ -119,8 +266,75 @@ def test_dirichlet_gives_every_client_at_least_min_samples(seed: int) -> None:
 
 
 def test_dirichlet_says_what_to_relax_when_min_samples_cannot_be_met() -> None:
-    with pytest.raises(ValueError, match="lower min_samples or raise alpha"):
+    with pytest.raises(ValueError, match=r"lower partition\.min_samples or raise partition\.alpha"):
         dirichlet_partition(balanced_labels(30), 10, np.random.default_rng(0), alpha=0.01, min_samples=25, max_draws=20)
+
+
+# --- dirichlet: NIID-Bench's balancing step (default) and the unbalanced form -----------
+
+
+def class_counts_per_client(labels: np.ndarray, split: TrainSplit, num_classes: int) -> np.ndarray:
+    """counts[client, class]."""
+    return np.stack([np.bincount(labels[indices], minlength=num_classes) for indices in split.client_indices])
+
+
+@given(
+    num_classes=st.integers(1, 12),
+    num_clients=st.integers(2, 25),
+    alpha=st.sampled_from([0.05, 0.1, 0.3, 1.0, 10.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_balanced_dirichlet_gives_no_class_to_a_client_already_holding_its_share(
+    num_classes: int, num_clients: int, alpha: float, seed: int
+) -> None:
+    # classes of unequal size, dealt in ascending label order
+    sizes = np.random.default_rng(seed % 1000).integers(5, 80, size=num_classes)
+    labels = np.repeat(np.arange(num_classes), sizes).astype(np.int64)
+    total = labels.shape[0]
+    # min_samples = 0: the first draw is kept, whatever the rule leaves each client
+    split = dirichlet_partition(labels, num_clients, np.random.default_rng(seed), alpha=alpha, min_samples=0)
+    assert np.array_equal(np.sort(np.concatenate(split.client_indices)), np.arange(total))
+    counts = class_counts_per_client(labels, split, num_classes)
+    held_before = np.cumsum(counts, axis=1) - counts  # samples of the earlier classes
+    full = held_before * num_clients >= total  # held >= N / num_clients
+    assert np.all(counts[full] == 0)
+    # so a client stops below N / num_clients plus one class
+    assert counts.sum(axis=1).max() * num_clients < total + sizes.max() * num_clients
+
+
+def test_balancing_shrinks_the_largest_client_at_small_alpha() -> None:
+    # CIFAR-100's shape scaled down: 100 classes of 50, 20 clients (N / 20 = 250), alpha = 0.1.
+    # Measured over seeds 0..9: largest client 284 on average balanced (at most 295), 374 unbalanced.
+    labels = balanced_labels(50, num_classes=100)
+
+    def largest(balance: bool, seed: int) -> int:
+        split = dirichlet_partition(labels, 20, np.random.default_rng(seed), alpha=0.1, min_samples=10, balance=balance)
+        return max(indices.shape[0] for indices in split.client_indices)
+
+    balanced = [largest(True, seed) for seed in range(10)]
+    unbalanced = [largest(False, seed) for seed in range(10)]
+    assert max(balanced) < 250 + 50
+    assert np.mean(balanced) < 0.85 * np.mean(unbalanced)
+
+
+@pytest.mark.parametrize("balance", [True, False])
+def test_dirichlet_is_a_function_of_the_seed(balance: bool) -> None:
+    labels = balanced_labels(60)
+
+    def draw(seed: int) -> str:
+        return split_digest(dirichlet_partition(labels, 20, np.random.default_rng(seed), 0.3, 5, balance=balance))
+
+    assert draw(7) == draw(7) and draw(7) != draw(8)
+
+
+def test_unbalanced_dirichlet_is_the_partition_of_the_earlier_tables() -> None:
+    # Recorded with the Dirichlet partitioner as it was before the balancing step existed.
+    labels = balanced_labels(60)
+    recorded = {0: "13b5063deac58d40", 1: "3a2e744281213f62", 42: "9a696c62a6f62227"}
+    for seed, digest in recorded.items():
+        split = dirichlet_partition(labels, 20, np.random.default_rng(seed), alpha=0.3, min_samples=5, balance=False)
+        assert split_digest(split) == digest, seed
 
 
 def test_rotation_client_i_gets_angle_i_mod_g_and_group_i_mod_g() -> None:

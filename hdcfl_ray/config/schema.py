@@ -59,8 +59,25 @@ class PartitionConfig(Section):
     )
     num_clients: int = Field(20, ge=1, description="clients in the federation")
     k: int | None = Field(None, ge=1, description="label_subset (required there): exactly k classes per client")
+    label_assignment: Literal["niid_bench", "windows"] = Field(
+        "niid_bench",
+        description=(
+            "label_subset: which k classes a client holds. niid_bench = NIID-Bench's #C=k (Li et al., ICDE 2022): "
+            "class i mod C plus k-1 other classes drawn uniformly at random per client; windows = client i takes "
+            "positions i*k..i*k+k-1 (mod C) of one seeded class order (the form of the earlier published tables). "
+            "Either way each class's samples are split evenly over its holders; planted group = the client's class set"
+        ),
+    )
     alpha: float | None = Field(None, gt=0.0, description="dirichlet (required there): concentration, smaller = more skew")
     min_samples: int = Field(10, ge=1, description="dirichlet: minimum training samples per client")
+    dirichlet_balance: bool = Field(
+        True,
+        description=(
+            "dirichlet: NIID-Bench's balancing step (Li et al., ICDE 2022): classes in label order, a client already "
+            "holding >= N/num_clients of the N training samples gets share 0 of each further class and the other "
+            "shares are renormalised; false = shares as drawn (the form of the earlier published tables)"
+        ),
+    )
     angles: tuple[float, ...] = Field(
         (0.0, 90.0, 180.0, 270.0), description="rotation: one group per angle in degrees; client i is in group i mod G"
     )

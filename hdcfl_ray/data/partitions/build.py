@@ -62,10 +62,12 @@ def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Gen
         return iid_partition(labels, config.num_clients, rng)
     if config.kind == "label_subset":
         assert config.k is not None  # the schema requires k for label_subset
-        return label_subset_partition(labels, config.num_clients, rng, config.k)
+        return label_subset_partition(labels, config.num_clients, rng, config.k, config.label_assignment)
     if config.kind == "dirichlet":
         assert config.alpha is not None  # the schema requires alpha for dirichlet
-        return dirichlet_partition(labels, config.num_clients, rng, config.alpha, config.min_samples)
+        return dirichlet_partition(
+            labels, config.num_clients, rng, config.alpha, config.min_samples, balance=config.dirichlet_balance
+        )
     if config.kind == "rotation":
         return rotation_partition(labels, config.num_clients, rng, config.angles)
     raise ScenarioError(f"partition.kind: unknown partition {config.kind!r}")
