@@ -84,6 +84,13 @@ class PartitionConfig(Section):
     test_per_client: int | None = Field(
         None, ge=1, description="test images per client, drawn with its class proportions; null = test size / clients"
     )
+    validation_fraction: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="hold out this fraction of each client's training images (seeded, per class) and score the "
+        "run on them instead of the test set: the data `hdcfl-ray calibrate` chooses knobs on; null = score on the test set",
+    )
 
     @model_validator(mode="after")
     def _kind_parameters(self) -> "PartitionConfig":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from hdcfl_ray import seeding
@@ -11,7 +13,7 @@ from hdcfl_ray.data.partitions.dirichlet import dirichlet_partition
 from hdcfl_ray.data.partitions.iid import iid_partition
 from hdcfl_ray.data.partitions.label_subset import label_subset_partition
 from hdcfl_ray.data.partitions.rotation import rotation_partition
-from hdcfl_ray.data.partitions.test_split import draw_client_test_indices, indices_by_class
+from hdcfl_ray.data.partitions.test_split import allocate_test_counts, draw_client_test_indices, indices_by_class
 from hdcfl_ray.data.partitions.train_split import TrainSplit
 from hdcfl_ray.errors import ScenarioError
 
@@ -54,7 +56,39 @@ def build_partition(
         )
         for client, indices in enumerate(split.client_indices)
     )
+    if config.validation_fraction is not None:
+        clients = tuple(_hold_out_validation(client, train_labels, config.validation_fraction, seed) for client in clients)
     return Partition(clients=clients)
+
+
+def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction: float, seed: int) -> ClientData:
+    """Move a seeded share of the client's training images, per class, into the
+    images it is scored on: the run then never reads the test split.
+
+    The share follows the client's class proportions (largest remainder); a class
+    keeps at least one training image. The draw depends on the run seed and the
+    client only, so the same client holds out the same images whatever the method."""
+    indices = client.train_indices
+    labels = train_labels[indices]
+    counts = np.bincount(labels, minlength=int(train_labels.max(initial=0)) + 1)
+    num_validation = max(1, round(fraction * indices.shape[0]))
+    per_class = allocate_test_counts(counts, num_validation, np.maximum(counts - 1, 0))
+    rng = seeding.rng(seed, "validation_split", client.client_id)
+    held_out = [
+        rng.choice(indices[labels == label], size=int(count), replace=False) for label, count in enumerate(per_class) if count
+    ]
+    validation = np.sort(np.concatenate(held_out)).astype(np.int64) if held_out else np.empty(0, dtype=np.int64)
+    if validation.shape[0] == 0:
+        raise ScenarioError(
+            f"partition.validation_fraction: client {client.client_id} holds {indices.shape[0]} training images, "
+            "too few to hold any out (every class would lose its only image); use fewer clients or no validation split"
+        )
+    return replace(
+        client,
+        train_indices=np.setdiff1d(indices, validation, assume_unique=True).astype(np.int64),
+        test_indices=validation,
+        test_from_train=True,
+    )
 
 
 def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Generator) -> TrainSplit:
