@@ -27,6 +27,9 @@ OVERRIDES = {
     "protocol.participation": 0.5,
     "algorithm.hdcfl.activation_round": 1,
     "algorithm.hdcfl.refresh_every": 1,
+    # Ditto's single-lambda mode, the Ditto the files were recorded with; per-client lambda (the
+    # default) is its trainings on a held-out split, held to this mode in test_algorithm_ditto.py
+    "algorithm.ditto.lambda_selection": "fixed",
     "runtime.backend": "local",
 }
 
