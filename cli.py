@@ -37,8 +37,12 @@ SetOption = typer.Option(
 
 
 def _fail_bad_input(error: ScenarioError) -> None:
+    from hdcfl_ray.config.safe_yaml import clip
+
+    # each line clipped: a message that quotes user input never echoes megabytes of it
+    text = "\n".join(clip(line, 2000) for line in str(error).splitlines()[:200])
     # escaped: messages quote user text and fixes such as ".[dashboard]" that are not markup
-    error_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+    error_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -190,7 +194,7 @@ def sweep(
     """Run a grid of scenarios x methods x seeds; completed runs are skipped, killed ones resumed
     (a run on disk made with other settings stops the sweep, exit 2, unless --replace-changed)."""
     from hdcfl_ray.config.loading import read_scenario_file
-    from hdcfl_ray.sweep.grid import SweepPlan, expand, parse_list, read_sweep_file
+    from hdcfl_ray.sweep.grid import SweepPlan, check_seeds, expand, parse_list, read_sweep_file
     from hdcfl_ray.sweep.runner import run_sweep
 
     try:
@@ -202,18 +206,14 @@ def sweep(
             plan = SweepPlan(
                 plan.scenario_files,
                 parse_list(algorithms, "--algorithms") or plan.algorithms,
-                tuple(int(s) for s in parse_list(seeds, "--seeds") or ()) or plan.seeds,
+                check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else plan.seeds,
                 plan.overrides + tuple(overrides or ()),
                 plan.out,
             )
         else:
             if out is None:
                 raise ScenarioError("--out SWEEP_DIR is required")
-            seed_list = parse_list(seeds, "--seeds")
-            try:
-                seed_values = tuple(int(s) for s in seed_list) if seed_list else None
-            except ValueError:
-                raise ScenarioError(f"--seeds {seeds!r}: give integers, e.g. 42,123,2026") from None
+            seed_values = check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else None
             plan = SweepPlan(tuple(files), parse_list(algorithms, "--algorithms"), seed_values, tuple(overrides or ()), out)
         runs = expand(plan)
     except ScenarioError as error:
@@ -279,17 +279,13 @@ def calibrate(
     test set); the table also shows the groups found, their ARI against the planted
     groups (oracle evidence, not used to choose) and the budget."""
     from hdcfl_ray.sweep.calibration import calibration_runs
-    from hdcfl_ray.sweep.grid import parse_list
+    from hdcfl_ray.sweep.grid import check_seeds, parse_list
     from hdcfl_ray.sweep.runner import ClusterLostError, run_sweep
 
     try:
         if not scenario_file.is_file():
             raise ScenarioError(f"{scenario_file}: no such file")
-        seed_list = parse_list(seeds, "--seeds")
-        try:
-            seed_values = tuple(int(s) for s in seed_list) if seed_list else None
-        except ValueError:
-            raise ScenarioError(f"--seeds {seeds!r}: give integers, e.g. 42,123,2026") from None
+        seed_values = check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else None
         value_list = parse_list(values, "--values") or ()
         runs = calibration_runs(
             scenario_file, key, value_list, algorithm, seed_values, tuple(overrides or ()), out, None if oracle else validation_fraction

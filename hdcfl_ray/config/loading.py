@@ -1,5 +1,6 @@
-"""Reading a scenario: YAML (safe_load only), `--set` overrides, env-var expansion,
-and turning pydantic's errors into messages that name the key path and the fix."""
+"""Reading a scenario: YAML (SafeLoader only, with the limits of `safe_yaml`), `--set`
+overrides, env-var expansion, and turning pydantic's errors into messages that name
+the key path and the fix (user values in them are shortened)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from hdcfl_ray.config.paths import check_path_lengths
 from hdcfl_ray.config.ranges import check_integer_ranges
+from hdcfl_ray.config.safe_yaml import YAMLLimitError, clip, load_yaml, shorten
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError
+
+# A scenario is a few kilobytes; a file far larger is not one (and would be held in memory whole).
+MAX_SCENARIO_BYTES = 4 * 1024 * 1024
+MAX_KEY_PARTS = 16  # --set a.b.c...: no scenario key is nested deeper than a few sections
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -25,7 +32,9 @@ def read_scenario_file(path: str | Path) -> dict[str, Any]:
         raise ScenarioError(f"{path}: no such scenario file")
     text = read_text_file(path, "a scenario is a YAML text file")
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
+    except YAMLLimitError as exc:
+        raise ScenarioError(f"{path}: refused: {exc}") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
     except RecursionError:
@@ -41,6 +50,10 @@ def read_text_file(path: Path, what: str) -> str:
     """The UTF-8 text of `path`; a ScenarioError naming the file when it cannot be
     read or is not text (`what` says what the file should be)."""
     try:
+        if path.stat().st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(
+                f"{path}: {path.stat().st_size} bytes, more than a scenario can be ({MAX_SCENARIO_BYTES} bytes); {what}"
+            )
         data = path.read_bytes()
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot be read ({exc.strerror or exc}); check that it is a readable file") from None
@@ -57,15 +70,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """`dataset.root=/data` -> (["dataset", "root"], "/data"); the value is read as YAML."""
     key, sep, value_text = text.partition("=")
     key = key.strip()
+    shown = shorten(text)
     if not sep or not key:
-        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set protocol.rounds=5")
+        raise ScenarioError(f"--set {shown}: expected KEY=VALUE, e.g. --set protocol.rounds=5")
     parts = key.split(".")
-    if any(not part for part in parts):
-        raise ScenarioError(f"--set {text!r}: {key!r} is not a dotted key path such as protocol.rounds")
+    if any(not part for part in parts) or len(parts) > MAX_KEY_PARTS:
+        raise ScenarioError(f"--set {shown}: {shorten(key)} is not a dotted key path such as protocol.rounds")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
+        value = load_yaml(value_text) if value_text.strip() else None
+    except YAMLLimitError as exc:
+        raise ScenarioError(f"--set {shown}: the value is refused: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {text!r}: the value is not valid YAML: {exc}") from exc
+        raise ScenarioError(f"--set {shown}: the value is not valid YAML: {clip(str(exc), 300)}") from None
     return parts, value
 
 
@@ -81,7 +97,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 node[part] = child
             if not isinstance(child, dict):
                 prefix = ".".join(parts[: depth + 1])
-                raise ScenarioError(f"--set {text!r}: {prefix} holds a value, not a section of keys")
+                raise ScenarioError(f"--set {shorten(text)}: {prefix} holds a value, not a section of keys")
             node = child
         node[parts[-1]] = value
     return merged
@@ -98,7 +114,7 @@ def expand_env(value: Any, key_path: str = "") -> Any:
             name = match.group(1) or match.group(2)
             if name not in os.environ:
                 raise ScenarioError(
-                    f"{key_path}: {value!r} uses the environment variable {name}, which is not set "
+                    f"{key_path}: {shorten(value)} uses the environment variable {name}, which is not set "
                     f"(export {name}=... or override with --set {key_path}=...)"
                 )
             return os.environ[name]
@@ -113,6 +129,7 @@ def build_scenario(raw: dict[str, Any], source: str = "scenario") -> Scenario:
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, raw, source)) from None
     check_integer_ranges(scenario, source)
+    check_path_lengths(scenario, source)
     return scenario
 
 
@@ -138,7 +155,7 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
             allowed = _allowed_keys(location[:-1], raw)
             where = f"in {section}" if section else "at the top level"
             hint = did_you_mean(location[-1], allowed)
-            lines.append(f"  {key_path}: unknown key {where}{hint}; allowed keys: {', '.join(allowed)}")
+            lines.append(f"  {clip(key_path)}: unknown key {where}{hint}; allowed keys: {', '.join(allowed)}")
             continue
         key_path = ".".join(_key_location(location))
         if kind == "missing":
@@ -156,7 +173,7 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
             lines.append(f"  {key_path}: required key is missing")
             continue
         value = _lookup(raw, key_path.split("."))
-        shown = "" if value is _MISSING else f" {value!r}"
+        shown = "" if value is _MISSING else f" {shorten(value)}"
         if len(texts) == 1 and texts[0].startswith("is not allowed"):
             hint = did_you_mean(value, _QUOTED.findall(texts[0])) if isinstance(value, str) else ""
             lines.append(f"  {key_path}:{shown} {texts[0]}{hint}")

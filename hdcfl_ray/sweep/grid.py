@@ -55,10 +55,34 @@ def read_sweep_file(path: Path, out: Path | None) -> SweepPlan:
     return SweepPlan(
         scenario_files=tuple((path.parent / str(entry)).resolve() if not Path(str(entry)).is_absolute() else Path(str(entry)) for entry in scenarios),
         algorithms=_algorithm_list(raw.get("algorithms"), path),
-        seeds=tuple(int(seed) for seed in raw["seeds"]) if raw.get("seeds") else None,
+        seeds=check_seeds(raw["seeds"], f"{path}: seeds") if raw.get("seeds") is not None else None,
         overrides=tuple(f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}" for key, value in overrides.items()),
         out=destination,
     )
+
+
+def check_seeds(values: Any, where: str) -> tuple[int, ...]:
+    """A sweep's seeds: a non-empty list of distinct integers in 0..2^31-1 (a float
+    or a word is refused, never rounded: `1.7` is not seed 1)."""
+    from hdcfl_ray.config.ranges import SEED_MAX
+    from hdcfl_ray.config.safe_yaml import shorten
+
+    if isinstance(values, (int, str)) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ScenarioError(f"{where}: give a list of integer seeds, e.g. [42, 123, 2026]")
+    seeds: list[int] = []
+    for value in values:
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScenarioError(f"{where}: {shorten(value)} is not an integer seed; give integers, e.g. 42,123,2026")
+        if not 0 <= value <= SEED_MAX:
+            raise ScenarioError(f"{where}: {value} is outside 0..{SEED_MAX}")
+        if value in seeds:
+            raise ScenarioError(f"{where}: seed {value} is listed twice; give each seed once")
+        seeds.append(value)
+    return tuple(seeds)
 
 
 def _algorithm_list(value: Any, path: Path) -> tuple[str, ...] | None:
