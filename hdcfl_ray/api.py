@@ -1,0 +1,384 @@
+"""The Python API: run a scenario, load a finished run, run a sweep, write a report.
+
+    import hdcfl_ray
+    run = hdcfl_ray.simulate("scenarios/quickstart.yaml", overrides={"protocol.rounds": 5})
+    run.final["mean_accuracy"], run.rounds.to_pandas()
+
+Every function takes the same inputs as the command line and runs the same code:
+a scenario and seed give the same per-client accuracies either way. Bad input
+raises `ScenarioError` with the message the CLI prints; nothing here exits the
+interpreter. Everything heavy (torch, Ray, pyarrow) is imported inside the
+functions, so `import hdcfl_ray` stays fast.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+
+from hdcfl_ray.errors import ScenarioError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from hdcfl_ray.config.schema import Scenario
+
+PathLike = Union[str, Path]
+ScenarioInput = Union[PathLike, Mapping[str, Any], "Scenario"]
+
+# the metrics of a run's final evaluated round that `Run.final` holds (rounds.parquet columns)
+FINAL_METRICS = (
+    "round",
+    "mean_accuracy",
+    "worst_accuracy",
+    "bottom20_accuracy",
+    "best_accuracy",
+    "gap",
+    "mean_accuracy_global",
+    "worst_accuracy_global",
+    "bottom20_accuracy_global",
+    "mean_accuracy_local",
+    "mean_accuracy_own_classes",
+    "personalized",
+    "num_groups",
+    "ari_true",
+)
+REPORT_FORMATS = ("md", "markdown", "csv", "latex", "table")
+
+
+class Run:
+    """A run directory: its resolved scenario, manifest and Parquet tables.
+
+    Tables are `pyarrow.Table`s read on first use (`run.rounds.to_pandas()` works
+    when pandas is installed). Accuracies are fractions in [0, 1]."""
+
+    def __init__(self, run_dir: PathLike, notices: Sequence[str] = ()) -> None:
+        self.dir = Path(run_dir)
+        # what the run did differently from what its scenario may suggest (a capped value)
+        self.notices: tuple[str, ...] = tuple(notices)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r}, status={self.status!r})"
+
+    @cached_property
+    def scenario(self) -> dict[str, Any]:
+        """The resolved scenario (scenario.yaml: every default and override applied)."""
+        from hdcfl_ray.config.loading import read_scenario_file
+
+        return read_scenario_file(self.dir / "scenario.yaml")
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """manifest.json: status, seed, package versions, hardware, dataset facts."""
+        import json
+
+        path = self.dir / "manifest.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status", "unknown"))
+
+    def table(self, name: str) -> "pa.Table":
+        """One of the run's tables: clients, rounds, refresh, updates, events (docs/logs.md)."""
+        from hdcfl_ray.logs.schemas import TABLE_SCHEMAS
+        from hdcfl_ray.logs.table_writer import read_table
+
+        if name not in TABLE_SCHEMAS:
+            raise ScenarioError(f"table {name!r}: a run has the tables {', '.join(TABLE_SCHEMAS)}")
+        return read_table(self.dir, name)
+
+    @cached_property
+    def rounds(self) -> "pa.Table":
+        """One row per round (rounds.parquet)."""
+        return self.table("rounds")
+
+    @cached_property
+    def clients(self) -> "pa.Table":
+        """One row per client per evaluated round (clients.parquet)."""
+        return self.table("clients")
+
+    @cached_property
+    def refresh(self) -> "pa.Table":
+        """HDC-FL's refreshes (refresh.parquet); empty for other methods."""
+        return self.table("refresh")
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last evaluated round's metrics: mean_accuracy, worst_accuracy,
+        bottom20_accuracy, gap, the global and local references, num_groups,
+        ari_true (None where the run logs none, or when no round was evaluated)."""
+        evaluated = [row for row in self.rounds.to_pylist() if row["evaluated"]]
+        last = max(evaluated, key=lambda row: row["round"]) if evaluated else {}
+        return {key: last.get(key) for key in FINAL_METRICS}
+
+
+def simulate(
+    scenario: ScenarioInput,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    out: PathLike | None = None,
+    progress: bool = True,
+) -> Run:
+    """Run one simulation, as `hdcfl-ray simulate`, and return its run directory.
+
+    scenario: a YAML file, or a mapping with the file's content.
+    overrides: {"protocol.rounds": 5, ...}: each key set as `--set KEY=VALUE` sets it
+      (dotted path, sections created as needed); values are Python values.
+    out: the run directory (default <output.dir>/<name>-<algorithm>-seed<seed>-<time>);
+      it must be new or empty.
+    progress: the live view (round progress, accuracies) and the summary table, in a
+      terminal or a notebook; False prints nothing.
+    Raises ScenarioError on bad input, before anything starts or is written.
+    """
+    from hdcfl_ray.runtime.driver import check_run_dir_free, default_run_dir, prepare_run, run_simulation
+
+    resolved = resolve_scenario(scenario, overrides)
+    run_dir = Path(out) if out is not None else default_run_dir(resolved)
+    check_run_dir_free(run_dir)
+    prepared = prepare_run(resolved)
+    observer: Any
+    if progress:
+        from rich.console import Console
+        from rich.markup import escape
+
+        from hdcfl_ray.terminal.live_view import LiveView
+
+        console = Console()
+        for notice in prepared.notices:
+            console.print(f"[bold yellow]warning:[/] {escape(notice)}", highlight=False, soft_wrap=True)
+        observer = LiveView(console)
+    else:
+        observer = _SilentObserver()
+    try:
+        run_simulation(prepared, run_dir, observer)
+    except BaseException:
+        if progress:
+            observer.abort()
+        raise
+    return Run(run_dir, prepared.notices + tuple(getattr(observer, "notices", ())))
+
+
+def resolve_scenario(scenario: ScenarioInput, overrides: Mapping[str, Any] | None = None) -> "Scenario":
+    """The validated scenario of a file or mapping with `overrides` applied, exactly as
+    the CLI resolves a file and its `--set` options."""
+    from hdcfl_ray.config.loading import apply_overrides, build_scenario, expand_env, read_scenario_file
+    from hdcfl_ray.config.schema import Scenario
+
+    override_texts = _override_texts(overrides)
+    if isinstance(scenario, Scenario):
+        raw: dict[str, Any] = scenario.model_dump(mode="json")
+        source = "scenario"
+    elif isinstance(scenario, Mapping):
+        raw = dict(scenario)
+        source = "scenario"
+    elif isinstance(scenario, (str, Path)):
+        raw = read_scenario_file(scenario)
+        source = str(scenario)
+    else:
+        raise ScenarioError(
+            f"scenario: {type(scenario).__name__} given; pass a YAML file path or a mapping of scenario keys"
+        )
+    return build_scenario(expand_env(apply_overrides(raw, override_texts)), source=source)
+
+
+def _override_texts(overrides: Mapping[str, Any] | None) -> list[str]:
+    """{"protocol.rounds": 5} -> ["protocol.rounds=5"]: the `--set` form, so a key means
+    what it means on the command line; each value is written as YAML and read back
+    unchanged (a string stays a string)."""
+    import yaml
+
+    if overrides is None:
+        return []
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError(
+            f"overrides: {type(overrides).__name__} given; pass a mapping such as {{'protocol.rounds': 5}}"
+        )
+    texts = []
+    for key, value in overrides.items():
+        if not isinstance(key, str):
+            raise ScenarioError(f"overrides: key {key!r} is not a dotted key path such as protocol.rounds")
+        try:
+            value_text = yaml.safe_dump(_plain(value), default_flow_style=True, width=float("inf"))
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"overrides: {key}: {type(value).__name__} is not a scenario value ({exc})") from None
+        texts.append(f"{key}={value_text.strip().removesuffix('...').strip()}")
+    return texts
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, numpy scalars and paths as the plain values YAML writes."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item) and type(value).__module__ == "numpy":
+        return value.item()
+    return value
+
+
+def load_run(path: PathLike) -> Run:
+    """A run directory written by `simulate` (finished, or stopped part way)."""
+    run_dir = Path(path)
+    if not (run_dir / "scenario.yaml").is_file():
+        raise ScenarioError(f"{run_dir}: not a run directory (no scenario.yaml)")
+    return Run(run_dir)
+
+
+@dataclass
+class SweepResult:
+    """A finished sweep: its folder and one `Run` per run directory in it."""
+
+    dir: Path
+    runs: list[Run]
+    completed: list[str] = field(default_factory=list)  # run keys <setting>/<algorithm>/seed<seed>
+    skipped: list[str] = field(default_factory=list)  # complete before this call
+    failed: dict[str, str] = field(default_factory=dict)  # run key -> error
+
+    def report(self, format: str = "md") -> str:
+        return report([self.dir], format=format)
+
+
+def sweep(
+    scenarios: PathLike | Sequence[PathLike],
+    *,
+    out: PathLike | None = None,
+    algorithms: Sequence[str] | str | None = None,
+    seeds: Sequence[int] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    parallel: int | None = None,
+    replace_changed: bool = False,
+    progress: bool = True,
+) -> SweepResult:
+    """Run a grid of scenarios x methods x seeds, as `hdcfl-ray sweep`.
+
+    scenarios: scenario files, or one sweep file (scenarios:, algorithms:, seeds:, set:, out:).
+    algorithms: method names or "all" (default: each scenario's own); seeds likewise.
+    out: the sweep folder (required unless the sweep file names one). Completed runs
+    are skipped and killed ones resumed; a run on disk made with other settings
+    raises ScenarioError unless replace_changed. A run that fails does not stop the
+    others: it is listed in `failed`.
+    """
+    from hdcfl_ray.config.loading import read_scenario_file
+    from hdcfl_ray.sweep.grid import SweepPlan, expand, read_sweep_file
+    from hdcfl_ray.sweep.runner import ClusterLostError, run_sweep
+
+    files = [Path(scenarios)] if isinstance(scenarios, (str, Path)) else [Path(path) for path in scenarios]
+    if not files:
+        raise ScenarioError("scenarios: give at least one scenario file")
+    for path in files:
+        if not path.is_file():
+            raise ScenarioError(f"{path}: no such file")
+    algorithm_names = (algorithms,) if isinstance(algorithms, str) else tuple(algorithms) if algorithms else None
+    seed_values = tuple(_seed(seed) for seed in seeds) if seeds else None
+    override_texts = tuple(_override_texts(overrides))
+    if len(files) == 1 and "scenarios" in read_scenario_file(files[0]):
+        plan = read_sweep_file(files[0], Path(out) if out is not None else None)
+        plan = SweepPlan(
+            plan.scenario_files, algorithm_names or plan.algorithms, seed_values or plan.seeds, plan.overrides + override_texts, plan.out
+        )
+    else:
+        if out is None:
+            raise ScenarioError("out: the sweep folder is required (sweep(files, out=SWEEP_DIR))")
+        plan = SweepPlan(tuple(files), algorithm_names, seed_values, override_texts, Path(out))
+    runs = expand(plan)
+    printer = _printer(progress)
+    printer(f"sweep: {len(runs)} runs into {plan.out}")
+    finished = {"count": 0}
+
+    def on_progress(key: str, status: str) -> None:
+        if status not in ("started", "resuming") and not status.startswith("settings changed"):
+            finished["count"] += 1
+        printer(f"[{finished['count']}/{len(runs)}] {key}: {status}")
+
+    try:
+        outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, on_progress, replace_changed=replace_changed)
+    except ClusterLostError as error:
+        raise RuntimeError(str(error)) from None
+    return SweepResult(
+        dir=plan.out,
+        runs=[Run(run.run_dir) for run in runs if (run.run_dir / "scenario.yaml").is_file()],
+        completed=list(outcome.completed),
+        skipped=list(outcome.skipped),
+        failed=dict(outcome.failed),
+    )
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"seeds: {value!r} is not an integer; give integers, e.g. [42, 123, 2026]")
+    return value
+
+
+def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md") -> str:
+    """The report tables of finished runs, as `hdcfl-ray report --format FORMAT`:
+    md (Markdown), csv, latex, or table (the terminal tables as plain text).
+    paths: run directories, sweep folders, folders that hold run directories, or Runs.
+    Unfinished runs are left out (with a warning)."""
+    from analysis.final_metrics import run_metrics
+    from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
+    from analysis.runs import load_runs
+
+    if format not in REPORT_FORMATS:
+        raise ScenarioError(f"--format {format!r}: choose table, md, csv or latex")
+    items = [paths] if isinstance(paths, (str, Path, Run)) else list(paths)
+    folders = [item.dir if isinstance(item, Run) else Path(item) for item in items]
+    missing = [str(path) for path in folders if not path.exists()]
+    if missing:
+        raise ScenarioError(f"no such run directory: {', '.join(missing)}")
+    runs = load_runs(folders)
+    left_out = [run for run in runs if run.status != "completed" or run.final_evaluated_round() is None]
+    if left_out:
+        warnings.warn(
+            f"left out {len(left_out)} unfinished run(s): " + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out),
+            stacklevel=2,
+        )
+    records = run_metrics(runs)
+    if not records:
+        raise ScenarioError(
+            f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, folders))}"
+        )
+    tables = all_tables(records)
+    if format == "table":
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=160, color_system=None)
+        for rendered in to_rich(tables):
+            console.print(rendered)
+        return buffer.getvalue()
+    return {"md": to_markdown, "markdown": to_markdown, "csv": to_csv, "latex": to_latex}[format](tables)
+
+
+def _printer(enabled: bool):
+    if not enabled:
+        return lambda text: None
+    from rich.console import Console
+
+    console = Console()
+    return lambda text: console.print(text, highlight=False, markup=False)
+
+
+class _SilentObserver:
+    """An observer that prints nothing; notices (a damaged checkpoint passed over) are kept."""
+
+    def __init__(self) -> None:
+        self.notices: list[str] = []
+
+    def on_start(self, scenario: Any, run_dir: Path, num_hosts: int) -> None:
+        pass
+
+    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None:
+        pass
+
+    def on_finish(self, summary: Any) -> None:
+        pass
+
+    def on_notice(self, text: str) -> None:
+        self.notices.append(text)
