@@ -12,10 +12,11 @@ import numpy as np
 import torch
 
 from hdcfl_ray.config.loading import load_scenario
-from hdcfl_ray.models import build_split_model
+from hdcfl_ray.models import build_split_model, flatten_module
 from hdcfl_ray.runtime.backends.local_host import local_host
 from hdcfl_ray.runtime.client.local_training import client_generator
 from hdcfl_ray.runtime.driver import prepare_run
+from hdcfl_ray.runtime.initial_model import independent_initialisations
 from tests.conftest import tiny_scenario
 
 CROSSCHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck"
@@ -81,6 +82,24 @@ def test_export_writes_the_split_the_seeded_initial_model_and_the_protocol(write
             assert torch.equal(state[part][key], value), f"{part}.{key}"
 
     settings = json.loads((folder / "crosscheck.json").read_text())
+    host = local_host(prepared)
+    for client in prepared.partition.clients:
+        for split in ("train", "test"):
+            inputs, _ = host._split_tensors(client, split)
+            assert settings["layouts"][str(client.client_id)][split] == list(inputs.stride())
+    assert settings["train_samples"] == [len(c.train_indices) for c in prepared.partition.clients]
+
+    # the cluster methods' further seeded models, as the driver builds them
+    independent = independent_initialisations(prepared.scenario, prepared.dataset, prepared.scenario.algorithm.ifca.clusters)
+    states = torch.load(folder / "init_independent.pt", weights_only=True)
+    assert len(states) == len(independent)
+    for state, params in zip(states, independent):
+        model = build_split_model(prepared.scenario.model, in_channels=1, num_classes=10, seed=0)
+        model.encoder.load_state_dict(state["encoder"])
+        model.head.load_state_dict(state["head"])
+        np.testing.assert_array_equal(flatten_module(model.encoder), params.encoder)
+        np.testing.assert_array_equal(flatten_module(model.head), params.head)
+
     assert settings["seed"] == 11
     assert settings["rounds"] == prepared.scenario.protocol.rounds
     assert settings["batch_size"] == prepared.scenario.protocol.batch_size
@@ -100,3 +119,22 @@ def test_the_diagnostic_batch_order_is_the_one_our_clients_train_with() -> None:
             expected = [order[start : start + batch_size].tolist() for start in range(0, num_samples, batch_size)]
             assert list(iter(batches)) == expected
         assert len(batches) == 9  # the incomplete last batch is kept, as train_locally keeps it
+
+
+def test_the_export_carries_each_methods_knobs_as_the_scenario_sets_them(write_scenario, tmp_path: Path) -> None:
+    export_split = _export_module()
+    scenario_path = _rotated_scenario(write_scenario)
+    overrides = [
+        "algorithm.fedprox.mu=0.25", "algorithm.ditto.proximal=1.5", "algorithm.ditto.lambda_selection=fixed",
+        "algorithm.fedrep.head_epochs=3", "algorithm.apfl.alpha_init=0.3", "algorithm.apfl.alpha_lr=0.05",
+        "algorithm.ifca.clusters=3",
+    ]
+    folder = export_split.export(scenario_path, overrides, tmp_path / "export")
+    settings = json.loads((folder / "crosscheck.json").read_text())
+    epochs = settings["local_epochs"]
+    assert settings["fedprox"] == {"mu": 0.25}
+    assert settings["ditto"] == {"proximal": 1.5, "personal_epochs": epochs, "lambda_selection": "fixed"}
+    assert settings["fedrep"] == {"head_epochs": 3, "body_epochs": epochs}  # null body epochs = the protocol's
+    assert settings["apfl"] == {"alpha_init": 0.3, "alpha_lr": 0.05, "adaptive": True}
+    assert settings["ifca"]["clusters"] == 3
+    assert len(torch.load(folder / "init_independent.pt", weights_only=True)) == 3

@@ -30,7 +30,20 @@ so that both sides run the same experiment:
   before the reference's `fine_tune` each client loads the global body and gets a
   fresh SGD with the scenario's fine-tuning settings (PFLlib would fine-tune its
   own last local body with the training optimizer), and the epochs are the
-  scenario's `finetune_epochs`.
+  scenario's `finetune_epochs`;
+* FedProx and Ditto keep PFLlib's own proximal optimizer (`PerturbedGradientDescent`:
+  a plain SGD step on grad + mu (w - w_global), no momentum, no weight decay), so
+  the scenario must set momentum 0 and weight decay 0 for them (run.py does); mu is
+  `algorithm.fedprox.mu`, Ditto's is `algorithm.ditto.proximal` (PFLlib's `-mu`),
+  Ditto's personal epochs (`-pls`) are `algorithm.ditto.personal_epochs`; Ditto's
+  global model gets the protocol's SGD like FedAvg's;
+* FedRep: the head optimizer and the body optimizer both become the protocol's SGD,
+  fresh per update; the head epochs (`-pls`) are `algorithm.fedrep.head_epochs`;
+* APFL: the global and the personal optimizer both become the protocol's SGD, fresh
+  per update; alpha starts at `algorithm.apfl.alpha_init` (PFLlib's `-al`); its
+  update is PFLlib's own (step size = the learning rate);
+* Ditto is scored with its personal models (PFLlib's `evaluate_personalized`), the
+  global model is recorded beside it.
 
 Left as the reference does it (the differences docs/cross-check.md discusses):
 training batches drop the last incomplete batch (`drop_last=True`), FedALA's
@@ -43,6 +56,17 @@ hdcfl-ray's client reads in that round (the same per-(seed, client, round)
 permutation for each epoch, the last batch kept even when incomplete) instead of
 PFLlib's shuffled, drop-last loader. With the batch order shared, whatever still
 differs between the two sides is arithmetic, not sampling.
+
+`--paired` goes further, for the paired mode of docs/cross-check.md: our batches
+as above, each batch cut from the client's tensor in our memory layout by the
+same indexing op (`x[order[start:start + batch]]`), each test set scored in one
+batch as ours is, and the server's average computed our way (float64 sum of
+w_k * theta_k in client-id order, one rounding to float32 at the end) instead of
+PFLlib's float32 sum in random client order. Every other step is PFLlib's own.
+The permutations follow our order of phases: Ditto's personal training reads the
+epochs after the global model's (PFLlib runs it first), FedRep's body epochs
+follow its head epochs, FedBABU's fine-tuning reads a fresh generator of the last
+round (our final evaluation is a fresh context of that round).
 """
 
 from __future__ import annotations
@@ -75,7 +99,14 @@ METHODS: dict[str, tuple[str, str, bool]] = {
     "fedbabu": ("flcore.servers.serverbabu", "FedBABU", True),
     "fedala": ("flcore.servers.serverala", "FedALA", False),
     "local": ("flcore.servers.serverlocal", "Local", False),
+    "fedprox": ("flcore.servers.serverprox", "FedProx", False),
+    "ditto": ("flcore.servers.serverditto", "Ditto", False),
+    "fedrep": ("flcore.servers.serverrep", "FedRep", True),
+    "apfl": ("flcore.servers.serverapfl", "APFL", False),
 }
+# PFLlib puts these methods' proximal term into its own optimizer, a plain SGD step:
+# the scenario has to run them without momentum and weight decay.
+PLAIN_SGD_METHODS = ("fedprox", "ditto")
 
 
 class EncoderWithHead(nn.Module):
@@ -144,6 +175,91 @@ class OurBatches:
         return -(-self.num_samples // self.batch_size)
 
 
+class RoundPermutations:
+    """The permutations a client's round generator gives, drawn once and kept, so
+    that a phase PFLlib runs earlier than we do can still read the epochs we give it."""
+
+    def __init__(self, num_samples: int, generator: torch.Generator) -> None:
+        self.num_samples = num_samples
+        self.generator = generator
+        self.drawn: list[torch.Tensor] = []
+
+    def epoch(self, index: int) -> torch.Tensor:
+        while len(self.drawn) <= index:
+            self.drawn.append(torch.randperm(self.num_samples, generator=self.generator))
+        return self.drawn[index]
+
+
+class NumpyRoundPermutations(RoundPermutations):
+    """Our APFL's batch order: one `permutation` per epoch from the client's numpy stream
+    of the round (ClientContext.numpy_rng(BATCH_ORDER_STREAM) = SeedSequence([seed,
+    client, round, tag of the "client" stream, 0xA9F1]) in hdcfl_ray/seeding.py)."""
+
+    CLIENT_STREAM_TAG = 0xC11E
+    APFL_BATCH_ORDER_STREAM = 0xA9F1
+
+    def __init__(self, num_samples: int, seed: int, client_id: int, round_index: int) -> None:
+        entropy = [seed, client_id, round_index, self.CLIENT_STREAM_TAG, self.APFL_BATCH_ORDER_STREAM]
+        self.rng = np.random.default_rng(np.random.SeedSequence(entropy))
+        self.num_samples = num_samples
+        self.drawn = []
+
+    def epoch(self, index: int) -> torch.Tensor:
+        while len(self.drawn) <= index:
+            self.drawn.append(torch.as_tensor(self.rng.permutation(self.num_samples), dtype=torch.long))
+        return self.drawn[index]
+
+
+class PairedBatches:
+    """Our batches as our training loop cuts them: each pass reads the next epoch's
+    permutation (from `first_epoch` on) and indexes the client's tensor, held in our
+    memory layout, with each slice of it (`inputs[order[start:start + batch]]`)."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int, permutations: RoundPermutations,
+                 first_epoch: int = 0) -> None:
+        self.inputs, self.labels, self.batch_size = inputs, labels, batch_size
+        self.permutations = permutations
+        self.next_epoch = first_epoch
+
+    def __iter__(self):
+        order = self.permutations.epoch(self.next_epoch)
+        self.next_epoch += 1
+        for start in range(0, int(order.shape[0]), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            yield self.inputs[batch], self.labels[batch]
+
+    def __len__(self) -> int:
+        return -(-int(self.labels.shape[0]) // self.batch_size)
+
+
+def in_layout(array: np.ndarray, strides: list[int]) -> torch.Tensor:
+    """`array` as a float32 tensor with the given strides (our client host's layout)."""
+    values = torch.from_numpy(np.ascontiguousarray(array)).type(torch.float32)
+    tensor = torch.empty_strided(tuple(values.shape), tuple(strides), dtype=torch.float32)
+    tensor.copy_(values)
+    return tensor
+
+
+def paired_average(server: Any) -> None:
+    """Our server's weighted average (aggregate.weighted_average): float64 accumulation of
+    (n_k / n) * theta_k in client-id order, cast to float32 once, for every parameter."""
+    # the uploader of each model (FedPer, FedBABU and FedRep upload `model.base` and keep no ids)
+    owners = {}
+    for client in server.clients:
+        owners[id(client.model)] = client.id
+        if hasattr(client.model, "base"):
+            owners[id(client.model.base)] = client.id
+    ids = [owners[id(model)] for model in server.uploaded_models]
+    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    server.global_model = copy.deepcopy(server.uploaded_models[order[0]])
+    columns = [list(server.uploaded_models[i].parameters()) for i in order]
+    for index, parameter in enumerate(server.global_model.parameters()):
+        total = torch.zeros(parameter.shape, dtype=torch.float64)
+        for position, i in enumerate(order):
+            total += columns[position][index].data.double() * float(server.uploaded_weights[i])
+        parameter.data = total.float()
+
+
 def reference_args(settings: dict[str, Any], method: str, model: nn.Module, dataset: str) -> SimpleNamespace:
     """PFLlib's argument namespace (the attributes its servers and clients read)."""
     rounds = settings["rounds"]
@@ -182,41 +298,124 @@ def reference_args(settings: dict[str, Any], method: str, model: nn.Module, data
         eta=settings["fedala"]["eta"],
         rand_percent=int(round(settings["fedala"]["data_fraction"] * 100)),
         layer_idx=settings["fedala"]["layers"],
+        # FedProx's mu and Ditto's lambda are both PFLlib's -mu
+        mu=settings["fedprox"]["mu"] if method == "fedprox" else settings["ditto"]["proximal"] if method == "ditto" else 0.0,
+        # Ditto's personal epochs and FedRep's head epochs are both PFLlib's -pls
+        plocal_epochs=(
+            settings["ditto"]["personal_epochs"] if method == "ditto"
+            else settings["fedrep"]["head_epochs"] if method == "fedrep" else 1
+        ),
+        alpha=settings["apfl"]["alpha_init"] if method == "apfl" else 1.0,  # APFL's -al
+        # read by other PFLlib methods' constructors only; PFLlib's defaults
+        beta=0.0, lamda=1.0, K=5, p_learning_rate=0.01, M=5, itk=4000, alphaK=1.0, sigma=1.0, tau=1.0,
     )
 
 
-def match_protocol(server: Any, settings: dict[str, Any], method: str, our_batch_order: bool = False) -> list[dict[str, Any]]:
-    """Install the optimizer, evaluation record and FedBABU fine-tuning described above
-    (and, with `our_batch_order`, hdcfl-ray's batches); returns the list every evaluation appends to."""
+def match_protocol(server: Any, settings: dict[str, Any], method: str, our_batch_order: bool = False,
+                   paired: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Install the optimizers, evaluation record and FedBABU fine-tuning described above
+    (and, with `our_batch_order` or `paired`, our batches; with `paired` also our
+    layout, test batching and average). Returns the record lists every evaluation
+    appends to: "headline" (what the method is scored with) and, for Ditto, "global"."""
 
-    def sgd(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    def sgd(parameters: Any, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+        return torch.optim.SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
-    def training_sgd(model: nn.Module) -> torch.optim.Optimizer:
-        return sgd(model, settings["lr"], settings["momentum"], settings["weight_decay"])
+    def training_sgd(parameters: Any) -> torch.optim.Optimizer:
+        return sgd(parameters, settings["lr"], settings["momentum"], settings["weight_decay"])
+
+    if method in PLAIN_SGD_METHODS and (settings["momentum"] != 0 or settings["weight_decay"] != 0):
+        raise ValueError(
+            f"{method}: PFLlib's proximal optimizer has no momentum or weight decay; export the scenario with "
+            "protocol.optimizer.momentum=0 and protocol.optimizer.weight_decay=0"
+        )
+    seed, epochs = int(settings["seed"]), int(settings["local_epochs"])
+    paired = bool(paired)
+    use_our_batches = our_batch_order or paired
+
+    def fresh_optimizers(client: Any) -> None:
+        """A new optimizer (fresh momentum) before every local update, as ours."""
+        if method == "fedprox":
+            return  # PFLlib's PerturbedGradientDescent: stateless, kept as it is
+        if method == "fedrep":
+            client.optimizer = training_sgd(client.model.base.parameters())
+            client.optimizer_per = training_sgd(client.model.head.parameters())
+            return
+        client.optimizer = training_sgd(client.model.parameters())
+        if method == "apfl":
+            client.optimizer_per = training_sgd(client.model_per.parameters())
 
     for client in server.clients:
-        client.optimizer = training_sgd(client.model)
-
+        fresh_optimizers(client)
         client.crosscheck_round = 0
+        client.crosscheck_permutations = None
 
-        def train(client: Any = client, reference_train: Any = client.train) -> None:
+        def start_round(client: Any = client) -> None:
             client.crosscheck_round += 1  # hdcfl-ray's 1-based round of this local update
-            client.optimizer = training_sgd(client.model)  # fresh optimizer state per local update
-            reference_train()
+            client.crosscheck_permutations = None
+
+        if method == "ditto":  # PFLlib trains the personal model first, then the global one
+
+            def ptrain(client: Any = client, reference_ptrain: Any = client.ptrain) -> None:
+                start_round(client)
+                client.crosscheck_phase_epoch = epochs  # ours trains the global model first: its epochs come first
+                reference_ptrain()
+
+            def train(client: Any = client, reference_train: Any = client.train) -> None:
+                fresh_optimizers(client)
+                client.crosscheck_phase_epoch = 0
+                reference_train()
+
+            client.ptrain = ptrain
+        else:
+
+            def train(client: Any = client, reference_train: Any = client.train) -> None:
+                start_round(client)
+                fresh_optimizers(client)
+                client.crosscheck_phase_epoch = 0
+                reference_train()
 
         client.train = train
 
-        if our_batch_order:
+        if use_our_batches:
             from torch.utils.data import DataLoader
             from utils.data_utils import read_client_data
 
-            def load_train_data(batch_size: int | None = None, client: Any = client) -> DataLoader:
+            def permutations(client: Any = client, fresh: bool = False) -> RoundPermutations:
+                if method == "apfl" and client.crosscheck_permutations is None:  # ours draws APFL's order apart
+                    client.crosscheck_permutations = NumpyRoundPermutations(
+                        client.train_samples, seed, client.id, client.crosscheck_round
+                    )
+                if fresh or client.crosscheck_permutations is None:
+                    generator = our_batch_generator(seed, client.id, client.crosscheck_round)
+                    client.crosscheck_permutations = RoundPermutations(client.train_samples, generator)
+                return client.crosscheck_permutations
+
+            def load_train_data(batch_size: int | None = None, client: Any = client) -> Any:
+                size = batch_size or client.batch_size
+                if paired:
+                    inputs, labels = client.crosscheck_train
+                    return PairedBatches(inputs, labels, size, permutations(client), client.crosscheck_phase_epoch)
                 data = read_client_data(client.dataset, client.id, is_train=True)
-                generator = our_batch_generator(int(settings["seed"]), client.id, client.crosscheck_round)
-                return DataLoader(data, batch_sampler=OurBatches(len(data), batch_size or client.batch_size, generator))
+                generator = our_batch_generator(seed, client.id, client.crosscheck_round)
+                return DataLoader(data, batch_sampler=OurBatches(len(data), size, generator))
 
             client.load_train_data = load_train_data
+
+        if paired:
+            layouts = settings["layouts"][str(client.id)]
+            tensors = {}
+            for split in ("train", "test"):
+                with np.load(Path("..") / "dataset" / client.dataset / split / f"{client.id}.npz", allow_pickle=True) as stored:
+                    data = stored["data"].tolist()
+                tensors[split] = (in_layout(data["x"], layouts[split]), torch.from_numpy(data["y"]).type(torch.int64))
+            client.crosscheck_train = tensors["train"]
+            client.crosscheck_test = tensors["test"]
+
+            def load_test_data(batch_size: int | None = None, client: Any = client) -> list[tuple[torch.Tensor, torch.Tensor]]:
+                return [client.crosscheck_test]  # ours scores a client's test set in batches of 512: one here
+
+            client.load_test_data = load_test_data
 
         if method == "fedbabu":
             finetune = settings["fedbabu"]
@@ -224,22 +423,68 @@ def match_protocol(server: Any, settings: dict[str, Any], method: str, our_batch
             def fine_tune(client: Any = client, reference_fine_tune: Any = client.fine_tune) -> None:
                 client.set_parameters(server.global_model)  # the global body after the last aggregation
                 client.optimizer = sgd(
-                    client.model, finetune["finetune_lr"], finetune["finetune_momentum"], finetune["finetune_weight_decay"]
+                    client.model.parameters(), finetune["finetune_lr"], finetune["finetune_momentum"],
+                    finetune["finetune_weight_decay"],
                 )
+                if paired:  # our final evaluation is a fresh context of the last round: a fresh generator
+                    client.crosscheck_permutations = None
+                    client.crosscheck_phase_epoch = 0
                 reference_fine_tune()
 
             client.fine_tune = fine_tune
 
-    records: list[dict[str, Any]] = []
+    if paired:
+        server.aggregate_parameters = lambda: paired_average(server)
 
-    def evaluate(acc: list[float] | None = None, loss: list[float] | None = None) -> None:
-        ids, num_samples, correct, _auc = server.test_metrics()
-        per_client = [float(c) / n for c, n in zip(correct, num_samples)]
-        pooled = float(sum(correct)) / float(sum(num_samples))
-        records.append({"client_ids": [int(i) for i in ids], "accuracy": per_client, "pooled": pooled})
-        (server.rs_test_acc if acc is None else acc).append(pooled)
+    records: dict[str, list[dict[str, Any]]] = {"headline": [], "global": []}
 
-    server.evaluate = evaluate
+    def scored_model(client: Any, kind: str) -> nn.Module:
+        personal = kind == "headline" and method in ("ditto", "apfl")
+        return client.model_per if personal else client.model
+
+    @torch.no_grad()
+    def test_loss(client: Any, kind: str) -> float:
+        """The scored model's mean test cross-entropy as ours computes it (one summed
+        float32 batch over the test set, divided by its size): paired mode only."""
+        model = scored_model(client, kind)
+        model.eval()
+        inputs, labels = client.crosscheck_test
+        return float(nn.functional.cross_entropy(model(inputs).float(), labels, reduction="sum")) / int(labels.shape[0])
+
+    @torch.no_grad()
+    def global_record(clients: list[Any]) -> dict[str, Any]:
+        accuracy, loss = [], []
+        for client in clients:
+            client.model.eval()
+            inputs, labels = client.crosscheck_test
+            logits = client.model(inputs).float()
+            accuracy.append(int((logits.argmax(dim=1) == labels).sum()) / int(labels.shape[0]))
+            loss.append(float(nn.functional.cross_entropy(logits, labels, reduction="sum")) / int(labels.shape[0]))
+        return {"client_ids": [int(c.id) for c in clients], "accuracy": accuracy, "loss": loss, "pooled": float(np.mean(accuracy))}
+
+    def recorder(kind: str, metrics: Any) -> Any:
+        def evaluate(acc: list[float] | None = None, loss: list[float] | None = None) -> None:
+            ids, num_samples, correct, _auc = metrics()
+            per_client = [float(c) / n for c, n in zip(correct, num_samples)]
+            pooled = float(sum(correct)) / float(sum(num_samples))
+            order = sorted(range(len(ids)), key=lambda i: ids[i])
+            record = {"client_ids": [int(ids[i]) for i in order], "accuracy": [per_client[i] for i in order], "pooled": pooled}
+            if paired:
+                by_id = {client.id: client for client in server.clients}
+                record["loss"] = [test_loss(by_id[int(ids[i])], kind) for i in order]
+                if method == "apfl":  # the global model each client holds after send_models, scored beside v
+                    records["global"].append(global_record([by_id[int(ids[i])] for i in order]))
+            records[kind].append(record)
+            if kind == "headline":
+                (server.rs_test_acc if acc is None else acc).append(pooled)
+
+        return evaluate
+
+    if method == "ditto":
+        server.evaluate = recorder("global", server.test_metrics)
+        server.evaluate_personalized = recorder("headline", server.test_metrics_personalized)
+    else:
+        server.evaluate = recorder("headline", server.test_metrics)
     return records
 
 
@@ -257,6 +502,8 @@ def main() -> int:
         default="reference",
         help="ours: read hdcfl-ray's batches in every local update (a diagnostic, see above)",
     )
+    parser.add_argument("--paired", action="store_true",
+                        help="our batches, memory layout, test batching and average (the paired mode, see above)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -269,7 +516,7 @@ def main() -> int:
     module_name, class_name, split = METHODS[args.method]
     server_class = getattr(importlib.import_module(module_name), class_name)
     model = build_model(settings, folder / "init.pt", split)
-    suffix = "" if args.batch_order == "reference" else "-our-batch-order"
+    suffix = "-paired" if args.paired else "" if args.batch_order == "reference" else "-our-batch-order"
     log_path = Path.cwd() / f"{args.method}{suffix}.log"  # the reference's own printout
     started = time.perf_counter()
     with log_path.open("w") as log, contextlib.redirect_stdout(log):
@@ -278,13 +525,16 @@ def main() -> int:
         torch.manual_seed(seed)
         np.random.seed(seed)
         random.seed(seed)
-        records = match_protocol(server, settings, args.method, our_batch_order=args.batch_order == "ours")
+        recorded = match_protocol(server, settings, args.method, our_batch_order=args.batch_order == "ours",
+                                  paired=args.paired)
         server.train()
+    records = recorded["headline"]
     final = records[-1]
     result = {
         "method": args.method,
         "reference_class": class_name,
-        "batch_order": args.batch_order,
+        "batch_order": "ours" if args.paired else args.batch_order,
+        "paired": args.paired,
         "seed": settings["seed"],
         "rounds": settings["rounds"],
         "evaluations": len(records),
@@ -293,6 +543,11 @@ def main() -> int:
         "final_mean_client_accuracy": float(np.mean(final["accuracy"])),
         "final_pooled_accuracy": final["pooled"],
         "pooled_accuracy_by_evaluation": [r["pooled"] for r in records],
+        # evaluation t is the state after t aggregations (FedBABU's last: after fine-tuning)
+        "client_accuracy_by_evaluation": [r["accuracy"] for r in records],
+        "global_client_accuracy_by_evaluation": [r["accuracy"] for r in recorded["global"]],
+        "client_loss_by_evaluation": [r.get("loss") for r in records],
+        "global_client_loss_by_evaluation": [r.get("loss") for r in recorded["global"]],
         "wall_s": time.perf_counter() - started,
         "log": str(log_path),
     }

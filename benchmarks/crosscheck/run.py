@@ -3,7 +3,7 @@
     python benchmarks/crosscheck/run.py --pfllib PFLLIB/system --ref-python REF_VENV/bin/python \
         [--scenario scenarios/quickstart.yaml] [--methods fedavg,fedavg_se,fedbabu,fedala,local] \
         [--seeds 42,123,2026] [--set KEY=VALUE]... [--work runs/crosscheck] [--table FILE] \
-        [--batch-order reference|ours]
+        [--batch-order reference|ours] [--paired [--paired-rounds 3]]
 
 For every seed it exports the scenario's clients, seeded initial model and
 settings (export_split.py), then for every method runs hdcfl-ray (`hdcfl-ray
@@ -17,8 +17,18 @@ accuracy, mean ± sample std over seeds for each side, and every seed's number.
 every local update (a diagnostic: with the sampling shared, what still differs is
 arithmetic); its results are kept apart from the default ones.
 
+`--paired` is the paired mode: both sides run the first --paired-rounds rounds
+(our side evaluates every round), PFLlib with our batches, memory layout, test
+batching and server average (pfllib_side.py --paired), and the table lists, per
+method, seed and round, both mean accuracies and how many clients' accuracies are
+identical.
+
 Method pairs (hdcfl-ray -> PFLlib): fedavg -> FedAvg, fedavg_se -> FedPer,
-fedbabu -> FedBABU, fedala -> FedALA, local -> Local.
+fedbabu -> FedBABU, fedala -> FedALA, local -> Local, fedprox -> FedProx,
+ditto -> Ditto, fedrep -> FedRep, apfl -> APFL. METHOD_SETTINGS holds the
+settings a pair needs on both sides (PFLlib's FedProx and Ditto step with plain
+SGD; APFL's alpha steps with the learning rate); a method with settings of its
+own gets its own export folder.
 
 The reference is fetched and installed outside the repository, e.g.
 
@@ -43,7 +53,28 @@ from export_split import export  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PFLLIB_SIDE = Path(__file__).resolve().parent / "pfllib_side.py"
-REFERENCE_NAMES = {"fedavg": "FedAvg", "fedavg_se": "FedPer", "fedbabu": "FedBABU", "fedala": "FedALA", "local": "Local"}
+REFERENCE_NAMES = {
+    "fedavg": "FedAvg",
+    "fedavg_se": "FedPer",
+    "fedbabu": "FedBABU",
+    "fedala": "FedALA",
+    "local": "Local",
+    "fedprox": "FedProx",
+    "ditto": "Ditto",
+    "fedrep": "FedRep",
+    "apfl": "APFL",
+}
+# Settings a pair runs with on both sides, on top of the scenario and --set (docs/cross-check.md):
+# PFLlib's FedProx and Ditto put the proximal term into a plain SGD step (no momentum, no weight
+# decay), so both sides run them so; mu / lambda are the papers' plain-SGD values (the ones our
+# momentum defaults were derived from); Ditto's lambda is fixed as PFLlib's is; PFLlib's APFL steps
+# alpha with the learning rate, so ours gets alpha_lr = lr.
+PLAIN_SGD = ["protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"]
+METHOD_SETTINGS: dict[str, list[str]] = {
+    "fedprox": [*PLAIN_SGD, "algorithm.fedprox.mu=0.1"],
+    "ditto": [*PLAIN_SGD, "algorithm.ditto.lambda_selection=fixed", "algorithm.ditto.proximal=1.0"],
+    "apfl": ["algorithm.apfl.alpha_lr=0.05"],
+}
 # Our runs evaluate every client every 5 rounds (and at the last round); evaluation changes no state.
 OUR_EVAL_EVERY = 5
 
@@ -90,13 +121,84 @@ def our_final(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def reference_run(ref_python: Path, pfllib: Path, root: Path, method: str, out: Path, batch_order: str) -> dict[str, Any]:
+def reference_run(ref_python: Path, pfllib: Path, root: Path, method: str, out: Path, batch_order: str,
+                  paired: bool = False) -> dict[str, Any]:
     if not out.is_file():
         cmd = [str(ref_python), str(PFLLIB_SIDE), "--pfllib", str(pfllib), "--root", str(root), "--method", method,
-               "--out", str(out), "--batch-order", batch_order]
+               "--out", str(out), "--batch-order", batch_order, *(["--paired"] if paired else [])]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, cwd=REPO_ROOT, env=clean_env())
     return json.loads(out.read_text())
+
+
+def method_overrides(method: str, overrides: list[str]) -> list[str]:
+    """The pair's own settings, then --set (which wins: the later --set of a key wins)."""
+    return [*METHOD_SETTINGS.get(method, []), *overrides]
+
+
+def export_root(work: Path, seed: int, method: str) -> Path:
+    """One export per seed, and one per seed and method for a method with settings of its own."""
+    return work / (f"pfllib-seed{seed}-{method}" if method in METHOD_SETTINGS else f"pfllib-seed{seed}")
+
+
+def our_client_values_by_round(run_dir: Path, column: str = "accuracy") -> dict[int, list[float]]:
+    """round -> every client's headline `column` (accuracy or loss), in client-id order."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run_dir / "clients.parquet", columns=["round", "client_id", column]).to_pylist()
+    by_round: dict[int, dict[int, float]] = {}
+    for row in rows:
+        by_round.setdefault(int(row["round"]), {})[int(row["client_id"])] = float(row[column])
+    return {r: [value[c] for c in sorted(value)] for r, value in sorted(by_round.items())}
+
+
+def paired_rows(ours: dict[int, list[float]], reference: list[list[float]], rounds: int,
+                ours_loss: dict[int, list[float]] | None = None, reference_loss: list[list[float]] | None = None) -> list[dict[str, Any]]:
+    """Per round t = 1..rounds: both sides' mean client accuracy, how many clients agree
+    exactly and the largest per-client difference; with losses also how many clients'
+    test losses are the same float and the largest loss difference. `reference[t]` is
+    the reference's evaluation after t aggregations (index 0: before any)."""
+    rows = []
+    for t in range(1, rounds + 1):
+        o, r = ours[t], reference[t]
+        if len(o) != len(r):
+            raise ValueError(f"round {t}: {len(o)} clients on our side, {len(r)} on the reference's")
+        row = {
+            "round": t,
+            "ours": statistics.fmean(o),
+            "reference": statistics.fmean(r),
+            "identical_clients": sum(1 for a, b in zip(o, r) if a == b),
+            "clients": len(o),
+            "max_abs_difference": max(abs(a - b) for a, b in zip(o, r)),
+        }
+        if ours_loss is not None and reference_loss is not None and reference_loss[t] is not None:
+            lo, lr = ours_loss[t], reference_loss[t]
+            row["identical_losses"] = sum(1 for a, b in zip(lo, lr) if a == b)
+            row["max_abs_loss_difference"] = max(abs(a - b) for a, b in zip(lo, lr))
+        rows.append(row)
+    return rows
+
+
+def paired_table(results: dict[str, dict[int, list[dict[str, Any]]]]) -> str:
+    lines = [
+        "| method | seed | model | round | ours | PFLlib | accuracies identical | largest accuracy difference (pp) "
+        "| test losses identical | largest loss difference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method, by_seed in results.items():
+        for seed, rows in by_seed.items():
+            for row in rows:
+                losses = (
+                    f"{row['identical_losses']}/{row['clients']} | {row['max_abs_loss_difference']:.1e}"
+                    if "identical_losses" in row else "n/a | n/a"
+                )
+                lines.append(
+                    f"| {method} / {REFERENCE_NAMES[method]} | {seed} | {row.get('model', 'scored')} | {row['round']} "
+                    f"| {100 * row['ours']:.2f} "
+                    f"| {100 * row['reference']:.2f} | {row['identical_clients']}/{row['clients']} "
+                    f"| {100 * row['max_abs_difference']:.2f} | {losses} |"
+                )
+    return "\n".join(lines) + "\n"
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -131,6 +233,45 @@ def tables(results: dict[str, dict[int, dict[str, float]]], seeds: list[int]) ->
     return "\n".join(lines) + "\n"
 
 
+def run_paired(args: argparse.Namespace, methods: list[str], seeds: list[int], work: Path) -> int:
+    """Both sides over the first rounds, PFLlib on our batches, layout and average."""
+    rounds = args.paired_rounds
+    extra = [f"protocol.rounds={rounds}", "protocol.eval_every=1"]
+    paired_work = work / f"paired-{rounds}rounds"
+    results: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in methods}
+    for seed in seeds:
+        for method in methods:
+            overrides = method_overrides(method, [*args.overrides, *extra])
+            root = export_root(paired_work, seed, method)
+            if not (root / "dataset" / "hdcfl" / "crosscheck.json").is_file():
+                export(args.scenario, [f"seed={seed}", f"algorithm.name={method}", *overrides], root)
+            run_dir = our_run(args.scenario, method, seed, overrides, paired_work / "ours" / f"{method}-seed{seed}")
+            ref = reference_run(args.ref_python, args.pfllib, root, method,
+                                paired_work / "pfllib" / f"{method}-seed{seed}.json", "ours", paired=True)
+            rows = paired_rows(
+                our_client_values_by_round(run_dir), ref["client_accuracy_by_evaluation"], rounds,
+                our_client_values_by_round(run_dir, "loss"), ref.get("client_loss_by_evaluation"),
+            )
+            for row in rows:
+                row["model"] = "scored"
+            if ref.get("global_client_accuracy_by_evaluation"):  # Ditto's and APFL's global model, beside
+                global_rows = paired_rows(
+                    our_client_values_by_round(run_dir, "accuracy_global"), ref["global_client_accuracy_by_evaluation"],
+                    rounds, our_client_values_by_round(run_dir, "loss_global"), ref.get("global_client_loss_by_evaluation"),
+                )
+                for row in global_rows:
+                    row["model"] = "global"
+                rows += global_rows
+            results[method][seed] = rows
+            (paired_work / "results.json").write_text(json.dumps({m: {str(s): v for s, v in r.items()} for m, r in results.items()}, indent=1))
+            print(method, seed, [(r["round"], r["identical_clients"]) for r in rows], flush=True)
+    text = paired_table(results)
+    print(text)
+    if args.table:
+        args.table.write_text(text)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", type=Path, default=REPO_ROOT / "scenarios" / "quickstart.yaml")
@@ -143,6 +284,8 @@ def main() -> int:
     parser.add_argument("--table", type=Path, help="write the tables to this file")
     parser.add_argument("--batch-order", choices=("reference", "ours"), default="reference",
                         help="ours: PFLlib reads hdcfl-ray's batches (diagnostic)")
+    parser.add_argument("--paired", action="store_true", help="the paired mode over the first --paired-rounds rounds")
+    parser.add_argument("--paired-rounds", type=int, default=3)
     args = parser.parse_args()
 
     methods = [m for m in args.methods.split(",") if m]
@@ -151,13 +294,16 @@ def main() -> int:
         parser.error(f"--methods: no PFLlib pair for {', '.join(unknown)}; choose from {', '.join(REFERENCE_NAMES)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     work = args.work.resolve()
+    if args.paired:
+        return run_paired(args, methods, seeds, work)
     results: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in methods}
     for seed in seeds:
-        root = work / f"pfllib-seed{seed}"
-        if not (root / "dataset" / "hdcfl" / "crosscheck.json").is_file():
-            export(args.scenario, [f"seed={seed}", *args.overrides], root)
         for method in methods:
-            run_dir = our_run(args.scenario, method, seed, args.overrides, work / "ours" / f"{method}-seed{seed}")
+            overrides = method_overrides(method, args.overrides)
+            root = export_root(work, seed, method)
+            if not (root / "dataset" / "hdcfl" / "crosscheck.json").is_file():
+                export(args.scenario, [f"seed={seed}", f"algorithm.name={method}", *overrides], root)
+            run_dir = our_run(args.scenario, method, seed, overrides, work / "ours" / f"{method}-seed{seed}")
             ours = our_final(run_dir)
             suffix = "" if args.batch_order == "reference" else "-our-batch-order"
             ref_out = work / "pfllib" / f"{method}-seed{seed}{suffix}.json"
