@@ -92,16 +92,8 @@ def simulate(
         if resume is not None:
             if scenario_file is not None or out is not None:
                 raise ScenarioError("--resume RUN_DIR takes neither a scenario file nor --out: the run directory holds both")
-            from hdcfl_ray.sweep.changes import ARITHMETIC_KEYS, may_differ
-
-            if any(not may_differ(text.partition("=")[0].strip()) for text in overrides or []):
-                raise ScenarioError(
-                    f"--resume: only runtime.* keys may be overridden, except {' and '.join(ARITHMETIC_KEYS)} "
-                    "(the run's results must not change)"
-                )
-            scenario = resumable_run(resume)
-            if overrides:
-                scenario = load_scenario(resume / "scenario.yaml", overrides)
+            # refuses --set keys and edits of scenario.yaml that would change the results
+            scenario = resumable_run(resume, list(overrides or []))
         elif scenario_file is None:
             raise ScenarioError("give a scenario file (hdcfl-ray simulate SCENARIO) or --resume RUN_DIR")
         else:

@@ -183,7 +183,9 @@ def test_a_killed_run_is_not_resumed_with_another_learning_rate(write_scenario, 
     assert "tiny/hdcfl" not in message  # runs not on disk yet are not in the way
 
 
-@pytest.mark.parametrize("override", ["runtime.precision=bf16", "runtime.channels_last=true"])
+@pytest.mark.parametrize(
+    "override", ["runtime.precision=bf16", "runtime.channels_last=true", "runtime.torch_threads=2", "runtime.num_cpus_per_actor=2"]
+)
 def test_a_runtime_key_that_changes_the_arithmetic_is_a_change(write_scenario, tmp_path, override):
     from hdcfl_ray.sweep.changes import SettingsChangedError
 
@@ -193,7 +195,8 @@ def test_a_runtime_key_that_changes_the_arithmetic_is_a_change(write_scenario, t
     runs = expand(_plan(path, out, override))
     with pytest.raises(SettingsChangedError) as caught:
         run_sweep(runs, out, runs[0].scenario.runtime)
-    assert override.partition("=")[0] in str(caught.value)
+    # num_cpus_per_actor changes the threads each host trains with ("auto"): named as that
+    assert override.partition("=")[0].replace("num_cpus_per_actor", "torch_threads") in str(caught.value)
 
 
 def _rerun_over_finished_runs_skips_them_all(write_scenario, tmp_path, monkeypatch, *overrides: str) -> None:
@@ -211,7 +214,15 @@ def _rerun_over_finished_runs_skips_them_all(write_scenario, tmp_path, monkeypat
 
 def test_runtime_keys_checkpoint_frequency_and_output_dir_may_differ_on_a_rerun(write_scenario, tmp_path, monkeypatch):
     _rerun_over_finished_runs_skips_them_all(
-        write_scenario, tmp_path, monkeypatch, "runtime.num_cpus_per_actor=2", "runtime.backend=local", "checkpoint.every=1", "output.dir=elsewhere"
+        write_scenario,
+        tmp_path,
+        monkeypatch,
+        # the thread count stays 1: runtime.torch_threads is compared as resolved ("auto" = num_cpus_per_actor)
+        "runtime.num_cpus_per_actor=2",
+        "runtime.torch_threads=1",
+        "runtime.backend=local",
+        "checkpoint.every=1",
+        "output.dir=elsewhere",
     )
 
 

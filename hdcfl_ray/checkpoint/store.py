@@ -37,7 +37,11 @@ def checkpoint_dir(run_dir: Path) -> Path:
     return run_dir / NEWEST
 
 
-def write_checkpoint(run_dir: Path, payload: dict[str, Any], fetch: Callable[[Any], Any] | None = None) -> Path:
+def write_checkpoint(
+    run_dir: Path, payload: dict[str, Any], fetch: Callable[[Any], Any] | None = None, record: dict[str, Any] | None = None
+) -> Path:
+    """`record`: plain JSON kept beside the payload in state.json (the run's resolved
+    scenario, the digests of the table parts logged so far), read without decoding."""
     encoder = Encoder(fetch=fetch)
     encoded = encoder.encode(payload)
     staging = run_dir / _STAGING
@@ -50,6 +54,7 @@ def write_checkpoint(run_dir: Path, payload: dict[str, Any], fetch: Callable[[An
         "round": payload.get("round"),
         "arrays_sha256": _sha256(staging / "arrays.npz"),
         "payload": encoded,
+        **(record or {}),
     }
     write_bytes_durably(staging / "state.json", json.dumps(document).encode("utf-8"))
     _rotate_in(run_dir, staging)
@@ -123,12 +128,17 @@ def candidate_dirs(run_dir: Path) -> list[Path]:
     return [run_dir / name for name in (NEWEST, PREVIOUS, _LEGACY_RETIRED) if (run_dir / name).is_dir()]
 
 
-def find_checkpoint(run_dir: Path) -> CheckpointSearch:
-    """The newest checkpoint that reads back whole. Raises CheckpointDamagedError,
-    naming each file and the fix, when the run has checkpoints but none is usable."""
+def find_checkpoint(
+    run_dir: Path, check: Callable[[Checkpoint], DamagedCheckpoint | None] | None = None
+) -> CheckpointSearch:
+    """The newest checkpoint that reads back whole (and that `check`, e.g. of the table
+    parts it keeps, does not turn down). Raises CheckpointDamagedError, naming each
+    file and the fix, when the run has checkpoints but none is usable."""
     damaged: list[DamagedCheckpoint] = []
     for directory in candidate_dirs(run_dir):
         verdict = _load_verified(directory)
+        if isinstance(verdict, Checkpoint) and check is not None:
+            verdict = check(verdict) or verdict
         if isinstance(verdict, Checkpoint):
             return CheckpointSearch(found=verdict, damaged=damaged)
         damaged.append(verdict)
@@ -172,6 +182,10 @@ def _load_verified(directory: Path) -> Checkpoint | DamagedCheckpoint:
         return DamagedCheckpoint(directory, arrays_path, f"damaged or truncated ({type(exc).__name__}: {exc})")
     round_index = document.get("round")
     return Checkpoint(directory, round_index if isinstance(round_index, int) else None, document, arrays)
+
+
+def sha256_of(path: Path) -> str:
+    return _sha256(path)
 
 
 def _sha256(path: Path) -> str:

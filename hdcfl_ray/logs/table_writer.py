@@ -9,6 +9,7 @@ pandas and polars read the directory as one table."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -22,6 +23,27 @@ from hdcfl_ray.logs.schemas import TABLE_SCHEMAS
 class TableWriter:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
+        # "clients.parquet/part-000003.parquet" -> {"round", "rows", "sha256"} of every
+        # part this run logged (or a resume verified): checkpoints keep it, so a resume
+        # can tell a damaged or deleted part from a whole one
+        self.parts: dict[str, dict[str, Any]] = {}
+
+    def adopt_parts(self, last_part: int, recorded: Any) -> None:
+        """On resume: the kept parts (verified against `recorded`, or, for a checkpoint
+        without a record, as they are on disk) become this writer's record."""
+        if isinstance(recorded, dict) and recorded:
+            self.parts = {name: dict(entry) for name, entry in recorded.items() if entry.get("round", 0) <= last_part}
+            return
+        self.parts = {}
+        for table in TABLE_SCHEMAS:
+            for path in sorted(self.table_dir(table).glob("part-*.parquet")):
+                index = _part_index(path)
+                if index is not None and index <= last_part:
+                    rows = pq.read_metadata(path).num_rows
+                    self.parts[f"{path.parent.name}/{path.name}"] = {"round": index, "rows": rows, "sha256": _sha256(path)}
+
+    def parts_up_to(self, last_part: int) -> dict[str, dict[str, Any]]:
+        return {name: dict(entry) for name, entry in self.parts.items() if entry["round"] <= last_part}
 
     def table_dir(self, table: str) -> Path:
         return self.run_dir / f"{table}.parquet"
@@ -38,7 +60,9 @@ class TableWriter:
         final_path = directory / f"part-{part:06d}.parquet"
         temporary_path = directory / f".part-{part:06d}.parquet.tmp"
         pq.write_table(arrow_table, temporary_path)
+        digest = _sha256(temporary_path)
         os.replace(temporary_path, final_path)
+        self.parts[f"{directory.name}/{final_path.name}"] = {"round": part, "rows": len(rows), "sha256": digest}
         return final_path
 
 
@@ -58,6 +82,49 @@ def drop_parts_after(run_dir: Path, last_part: int) -> int:
                 path.unlink()
                 removed += 1
     return removed
+
+
+def verify_parts(run_dir: Path, recorded: dict[str, dict[str, Any]] | None, last_part: int) -> list[tuple[Path, str]]:
+    """The kept parts (rounds up to `last_part`) that are not as recorded: (path, what
+    is wrong). Without a record (a checkpoint written before parts were recorded)
+    each kept part must at least read back as Parquet with its row count."""
+    problems: list[tuple[Path, str]] = []
+    if recorded is not None:
+        for name, entry in sorted(recorded.items()):
+            if entry.get("round", 0) > last_part:
+                continue
+            path = run_dir / name
+            if not path.is_file():
+                problems.append((path, "missing"))
+            elif _sha256(path) != entry.get("sha256"):
+                problems.append((path, "damaged or truncated (its SHA-256 does not match the checkpoint's record)"))
+        return problems
+    for table in TABLE_SCHEMAS:
+        directory = run_dir / f"{table}.parquet"
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("part-*.parquet")):
+            index = _part_index(path)
+            if index is None or index > last_part:
+                continue
+            try:
+                pq.read_metadata(path)
+            except (pa.ArrowException, OSError) as exc:
+                problems.append((path, f"unreadable ({type(exc).__name__}: {exc})"))
+    return problems
+
+
+def _part_index(path: Path) -> int | None:
+    stem = path.name.split(".")[0]
+    return int(stem[5:]) if stem.startswith("part-") and stem[5:].isdigit() else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_table(run_dir: str | Path, table: str) -> pa.Table:

@@ -26,9 +26,9 @@ from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.durable_files import write_text_durably
 from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest, write_manifest
 from hdcfl_ray.logs.round_rows import RoundRowBuilder
-from hdcfl_ray.checkpoint.store import CheckpointSearch, find_checkpoint, write_checkpoint
+from hdcfl_ray.checkpoint.store import Checkpoint, CheckpointSearch, DamagedCheckpoint, find_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh_cache
-from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after
+from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after, verify_parts
 from hdcfl_ray.runtime.backends.choice import choose_backend
 from hdcfl_ray.runtime.backends.local_backend import LocalBackend
 
@@ -110,16 +110,70 @@ def default_run_dir(scenario: Scenario) -> Path:
     return Path(scenario.output.dir) / f"{scenario.name}-{scenario.algorithm.name}-seed{scenario.seed}-{stamp}"
 
 
-def resumable_run(run_dir: Path) -> Scenario:
-    """The resolved scenario of a run folder to resume, or a ScenarioError saying why not."""
+def resumable_run(run_dir: Path, overrides: list[str] | None = None) -> Scenario:
+    """The resolved scenario of a run folder to resume (with `overrides`, which may
+    set only keys that are safe to change), or a ScenarioError saying why not: also
+    when scenario.yaml no longer says what the run was started with."""
     from hdcfl_ray.config.loading import load_scenario
+    from hdcfl_ray.config.safe_yaml import clip
+    from hdcfl_ray.sweep.changes import ARITHMETIC_KEYS, RERUN_SAFE_KEYS, may_differ
 
+    unsafe = [text.partition("=")[0].strip() for text in overrides or [] if not may_differ(text.partition("=")[0].strip())]
+    if unsafe:
+        raise ScenarioError(
+            f"--resume: --set {clip(', '.join(unsafe))} would change the run's results: only runtime.* keys may be "
+            f"overridden, except {', '.join(ARITHMETIC_KEYS)} (and {' and '.join(sorted(RERUN_SAFE_KEYS))}); "
+            "start a new run for other settings"
+        )
     if not (run_dir / "scenario.yaml").is_file():
         raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
     manifest = read_manifest(run_dir)
     if manifest is not None and manifest.get("status") == "completed":
         raise ScenarioError(f"--resume {run_dir}: this run is already complete")
-    return load_scenario(run_dir / "scenario.yaml")
+    scenario = load_scenario(run_dir / "scenario.yaml", overrides or [])
+    check_resume_settings(run_dir, scenario, manifest)
+    return scenario
+
+
+SCENARIO_RECORD = "scenario_resolved"  # manifest.json and checkpoint state.json: the scenario the run started with
+
+
+def scenario_record(scenario: Scenario) -> dict[str, Any]:
+    """The resolved scenario as recorded when a run starts, and its fingerprint."""
+    import hashlib
+    import json
+
+    resolved = scenario.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode("utf-8")).hexdigest()
+    return {SCENARIO_RECORD: resolved, "scenario_sha256": digest}
+
+
+def check_resume_settings(run_dir: Path, scenario: Scenario, manifest: dict[str, Any] | None = None, checkpoint_document: dict[str, Any] | None = None) -> None:
+    """Stop (ScenarioError, exit 2) when `scenario` differs from the one the run recorded
+    at its start in a key that is not safe to change, naming every such key: rounds
+    of two settings must never end up in one run. A run with no record (written by
+    an older version) is not checked."""
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.sweep.changes import setting_changes
+
+    recorded = (manifest or {}).get(SCENARIO_RECORD)
+    if not isinstance(recorded, dict):
+        recorded = (checkpoint_document or {}).get(SCENARIO_RECORD)
+    if not isinstance(recorded, dict):
+        return
+    try:
+        started_with = build_scenario(recorded, source=f"{run_dir / MANIFEST} ({SCENARIO_RECORD})")
+    except ScenarioError:
+        return  # a record this version cannot read: the schema moved on; nothing to compare
+    changes = setting_changes(started_with, scenario)
+    if changes:
+        listed = "\n".join(f"  {change.describe()}" for change in changes)
+        raise ScenarioError(
+            f"--resume {run_dir}: the scenario differs from the one this run started with, in keys that change its results:\n"
+            f"{listed}\nResuming would mix rounds of two settings. Undo the edit of {run_dir / 'scenario.yaml'} "
+            f"(the settings the run started with are under {SCENARIO_RECORD} in {run_dir / MANIFEST}), "
+            "or start a new run with the new settings."
+        )
 
 
 def check_run_dir_free(run_dir: Path) -> None:
@@ -174,11 +228,19 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     """Run a scenario into `run_dir`; with `resume`, continue the run already there
     from its last checkpoint (rows written after it are replaced, never duplicated)."""
     scenario = prepared.scenario
+    if scenario.output.trackers:  # TensorBoard, MLflow, W&B also receive every round (hdcfl_ray/trackers)
+        from hdcfl_ray.trackers import with_trackers
+
+        observer = with_trackers(scenario, run_dir, observer)
     checkpoint: CheckpointSearch | None = None
     if resume:
         # read and verify the checkpoint files before any backend starts: a damaged
         # newest one is passed over for the previous one, and said so
-        checkpoint = find_checkpoint(run_dir)
+        # the table parts each one keeps must be as they were logged too
+        checkpoint = find_checkpoint(run_dir, check=_kept_parts_check(run_dir))
+        check_resume_settings(
+            run_dir, scenario, read_manifest(run_dir), checkpoint.found.document if checkpoint.found is not None else None
+        )
         _report_damaged_checkpoints(checkpoint, observer)
     if choose_backend(scenario.runtime) == "local":
         with _new_run_dir(scenario, run_dir, resume):
@@ -200,13 +262,32 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     return summary
 
 
+def _kept_parts_check(run_dir: Path) -> Callable[[Checkpoint], DamagedCheckpoint | None]:
+    """Turns down a checkpoint whose kept table parts (rounds up to its own) are not as
+    it recorded them, naming the first such part: a resume from it would end with a
+    round missing or unreadable, so an older checkpoint (which redoes that round) is
+    used, or the resume stops naming the part."""
+
+    def check(found: Checkpoint) -> DamagedCheckpoint | None:
+        recorded = found.document.get("tables")
+        problems = verify_parts(run_dir, recorded if isinstance(recorded, dict) else None, found.round or 0)
+        if not problems:
+            return None
+        path, what = problems[0]
+        more = f" (and {len(problems) - 1} more part(s))" if len(problems) > 1 else ""
+        return DamagedCheckpoint(found.directory, path, f"{what}{more}; {found.directory.name}/ (round {found.round}) keeps it")
+
+    return check
+
+
 def _report_damaged_checkpoints(search: CheckpointSearch, observer: RunObserver | None) -> None:
     if not search.damaged or observer is None or not hasattr(observer, "on_notice"):
         return
     assert search.found is not None  # find_checkpoint raises when every checkpoint is damaged
     for damaged in search.damaged:
+        what = damaged.describe() if damaged.file.parent == damaged.directory else f"table part {damaged.describe()}"
         observer.on_notice(
-            f"checkpoint {damaged.describe()}; resuming from the previous checkpoint {search.found.directory} (round {search.found.round})"
+            f"checkpoint {what}; resuming from the previous checkpoint {search.found.directory} (round {search.found.round})"
         )
 
 
@@ -228,6 +309,7 @@ def _run_with(
             "status": "running",
             "dataset": _dataset_facts(prepared),
             "initialisation": initialisation_facts(prepared.scenario),  # seeded, or which pretrained file
+            **scenario_record(prepared.scenario),  # what --resume compares the scenario on disk with
         }
         if resume:
             extra["manifest_rewritten_at_resume"] = datetime.now().isoformat(timespec="seconds")
@@ -279,6 +361,7 @@ def _run_rounds(
     first_round = 1
     if checkpoint is not None:
         first_round, started = _resume_from_checkpoint(run_dir, checkpoint, backend, rows, started)
+        writer.adopt_parts(first_round - 1, checkpoint.found.document.get("tables") if checkpoint.found is not None else {})
         if observer is not None and hasattr(observer, "skip_rounds"):
             observer.skip_rounds(first_round - 1)
     every = scenario.checkpoint.every
@@ -309,6 +392,7 @@ def _run_rounds(
                     "elapsed_s": time.perf_counter() - started,
                 },
                 fetch=backend.fetch,
+                record={**scenario_record(scenario), "tables": writer.parts_up_to(round_index)},
             )
         if observer is not None:
             observer.on_round(round_row, refresh_row, list(report.events))

@@ -18,14 +18,28 @@ from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.sweep.grid import SweepRun
 
+# The one definition of "safe to change", for sweep reruns and `simulate --resume`
+# alike (a resume compares the scenario on disk, and its --set keys, with the one the
+# run recorded when it started).
 # Keys that say where and how a run executes or how often it saves itself, not what
-# it computes: they may differ between a run and its rerun. (The same rule as
-# `simulate --resume --set runtime.*`; output.dir is not used by sweeps, which place
-# every run under --out, and checkpoints do not change a run's results.)
+# it computes: they may differ between a run and its rerun. (output.dir is not used
+# by sweeps, which place every run under --out, and checkpoints do not change a
+# run's results.)
 RERUN_SAFE_PREFIXES = ("runtime.",)
 RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every"})
-# runtime keys that change the arithmetic itself, so a run's rounds must all share them
-ARITHMETIC_KEYS = ("runtime.precision", "runtime.channels_last", "runtime.cuda_deterministic", "runtime.cuda_tf32")
+# runtime keys that change the arithmetic itself, so a run's rounds must all share
+# them. Two are compared as resolved, not as written: runtime.torch_threads as the
+# threads each host trains with ("auto" is runtime.num_cpus_per_actor, so changing
+# that changes the bits too), runtime.num_gpus_per_actor as CPU or CUDA (a host
+# trains on CUDA exactly when it has a share; the size of the share does not matter).
+ARITHMETIC_KEYS = (
+    "runtime.precision",
+    "runtime.channels_last",
+    "runtime.cuda_deterministic",
+    "runtime.cuda_tf32",
+    "runtime.torch_threads",
+    "runtime.num_gpus_per_actor",
+)
 REPLACE_OPTION = "--replace-changed"
 
 _ABSENT = object()
@@ -33,6 +47,21 @@ _ABSENT = object()
 
 def may_differ(key: str) -> bool:
     return key in RERUN_SAFE_KEYS or (key.startswith(RERUN_SAFE_PREFIXES) and key not in ARITHMETIC_KEYS)
+
+
+def safe_keys_text() -> str:
+    """The keys that may differ, in words, for messages."""
+    return f"runtime.* (but {', '.join(ARITHMETIC_KEYS)}), " + " and ".join(sorted(RERUN_SAFE_KEYS))
+
+
+def _comparable(scenario: Scenario) -> dict[str, Any]:
+    """A scenario's keys as compared between a run and its rerun or resume."""
+    from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+
+    flat = flatten(own_sections(scenario.model_dump(mode="json")))
+    flat["runtime.torch_threads"] = torch_threads_per_host(scenario.runtime)
+    flat["runtime.num_gpus_per_actor"] = "CUDA" if scenario.runtime.num_gpus_per_actor > 0 else "CPU"
+    return flat
 
 
 @dataclass(frozen=True)
@@ -89,8 +118,8 @@ def own_sections(raw: dict[str, Any]) -> dict[str, Any]:
 def setting_changes(on_disk: Scenario, wanted: Scenario) -> list[SettingChange]:
     """The keys whose resolved values differ, except those that may differ on a rerun
     and the sections of methods the run does not use."""
-    old = flatten(own_sections(on_disk.model_dump(mode="json")))
-    new = flatten(own_sections(wanted.model_dump(mode="json")))
+    old = _comparable(on_disk)
+    new = _comparable(wanted)
     changes = []
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
@@ -137,7 +166,7 @@ def settings_changed_message(changed: list[ChangedRun], out: Path) -> str:
     lines = [f"sweep {out}: {len(changed)} run(s) on disk were made with other settings; nothing was run."]
     for item in changed:
         lines.extend(item.describe())
-    safe = f"runtime.* (but {' and '.join(ARITHMETIC_KEYS)}), " + " and ".join(sorted(RERUN_SAFE_KEYS))
+    safe = safe_keys_text()
     lines.append(
         "Skipping or resuming them would mix two settings under one name. Rerun with the settings they were made with, "
         f"give a new --out, or add {REPLACE_OPTION} to start these runs afresh (their old folders are moved to "
