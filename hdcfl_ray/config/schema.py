@@ -324,6 +324,15 @@ class OutputConfig(Section):
     save_refresh_cache: bool = Field(
         False, description="HDC-FL: keep the server cache of every refresh (for ablate and donor-swap replays)"
     )
+    trackers: tuple[Literal["tensorboard", "mlflow", "wandb"], ...] = Field(
+        (),
+        description="any of tensorboard, mlflow, wandb: experiment trackers that also receive the scenario, every "
+        "round's metrics and the tables at the end (pip install -e '.[tensorboard]' / '[mlflow]' / '[wandb]'); offline: TensorBoard events in RUN_DIR/tensorboard, "
+        "MLflow in a SQLite store under output.dir, W&B offline in RUN_DIR/wandb unless WANDB_MODE says otherwise",
+    )
+    mlflow_uri: str | None = Field(
+        None, description="MLflow tracking URI (a server, sqlite:///path.db); null = sqlite:///<output.dir>/mlflow.db"
+    )
 
 
 class Scenario(Section):

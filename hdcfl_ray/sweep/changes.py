@@ -24,9 +24,9 @@ from hdcfl_ray.sweep.grid import SweepRun
 # Keys that say where and how a run executes or how often it saves itself, not what
 # it computes: they may differ between a run and its rerun. (output.dir is not used
 # by sweeps, which place every run under --out, and checkpoints do not change a
-# run's results.)
+# run's results, nor do the experiment trackers that also receive them.)
 RERUN_SAFE_PREFIXES = ("runtime.",)
-RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every"})
+RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every", "output.trackers", "output.mlflow_uri"})
 # runtime keys that change the arithmetic itself, so a run's rounds must all share
 # them. Two are compared as resolved, not as written: runtime.torch_threads as the
 # threads each host trains with ("auto" is runtime.num_cpus_per_actor, so changing
