@@ -232,10 +232,6 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
         from hdcfl_ray.trackers import with_trackers
 
         observer = with_trackers(scenario, run_dir, observer)
-    if scenario.output.trackers:  # TensorBoard, MLflow, W&B also receive every round (hdcfl_ray/trackers)
-        from hdcfl_ray.trackers import with_trackers
-
-        observer = with_trackers(scenario, run_dir, observer)
     checkpoint: CheckpointSearch | None = None
     if resume:
         # read and verify the checkpoint files before any backend starts: a damaged
