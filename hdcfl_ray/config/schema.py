@@ -16,20 +16,41 @@ from hdcfl_ray.contract import NoParams, OptimizerConfig, Section
 
 
 class DatasetConfig(Section):
-    name: Literal["digits", "cifar10", "cifar100", "parquet_images", "image_folder", "synthetic"] = Field(
+    name: Literal["digits", "cifar10", "cifar100", "parquet_images", "image_folder", "huggingface", "synthetic"] = Field(
         "digits", description="the image source"
     )
     path: str | None = Field(
-        None, description="folder (or file) of the data: required for parquet_images, image_folder; cifar* default ./data"
+        None,
+        description="folder (or file) of the data: required for parquet_images, image_folder; cifar* default ./data; "
+        "huggingface: a folder written by save_to_disk, or of Parquet shards",
     )
-    download: bool = Field(False, description="cifar10/cifar100 only: fetch torchvision's files when online")
+    download: bool = Field(
+        False, description="fetch when online: cifar10/cifar100 torchvision's files, huggingface the dataset hub_id names"
+    )
     test_fraction: float = Field(
-        0.2, gt=0.0, lt=1.0, description="digits / image folders without a test split: fraction held out as the test split"
+        0.2,
+        gt=0.0,
+        lt=1.0,
+        description="digits / image folders / huggingface with test_split null: fraction held out as the test split",
     )
-    image_column: str = Field("image", description="parquet_images: column of encoded bytes or {bytes, path} structs")
-    label_column: str = Field("label", description="parquet_images: column of integer labels")
+    image_column: str = Field(
+        "image", description="parquet_images, huggingface: column of encoded bytes or {bytes, path} structs (an Image feature)"
+    )
+    label_column: str = Field(
+        "label", description="parquet_images, huggingface: column of integer labels (a ClassLabel feature names the classes)"
+    )
     train_file: str = Field("train.parquet", description="parquet_images: training table, a file name inside path")
     test_file: str = Field("test.parquet", description="parquet_images: test table, a file name inside path")
+    train_split: str = Field("train", description="huggingface: the split the clients train on")
+    test_split: str | None = Field(
+        "test", description="huggingface: the split they are tested on; null = hold out test_fraction of train_split (seeded)"
+    )
+    hub_id: str | None = Field(
+        None,
+        description="huggingface: a Hub dataset id (e.g. ylecun/mnist) read with the datasets package, only with "
+        "download: true (instead of path)",
+    )
+    hub_config: str | None = Field(None, description="huggingface with hub_id: the dataset's configuration name; null = its default")
     max_train_samples: int | None = Field(
         None, ge=1, description="keep only N training images, picked by a seeded shuffle; null = all"
     )

@@ -59,6 +59,10 @@ def _load(config: DatasetConfig, seed: int, part: str) -> ImageDataset:
     def test_rows(size: int) -> np.ndarray | None:
         return _seeded_subset(size, config.max_test_samples, test_seed)
 
+    if config.name == "huggingface":  # reads only the selected rows, as parquet_images does
+        from hdcfl_ray.data.sources.huggingface import load_huggingface
+
+        return load_huggingface(config, seed, select_train=train_rows, select_test=test_rows)
     if config.name == "parquet_images":
         _require_path(config)
         # The rows are picked from the row counts before decoding: the same rows as
