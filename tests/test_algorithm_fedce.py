@@ -20,6 +20,7 @@ from hdcfl_ray.algorithms.fedce import (
     FedCE,
     aggregate_components,
     components_to_train,
+    membership,
     mix_outputs,
     responsibilities,
     sample_weights,
@@ -85,6 +86,39 @@ def test_mixing_weights_are_the_mean_responsibilities_floored_and_renormalised()
     floored = updated_mixing(np.array([[1.0, 1.0], [0.0, 0.0]]), floor=0.01)
     assert floored == pytest.approx(np.array([1.0, 0.01]) / 1.01)
     assert updated_mixing(np.zeros((3, 0)), floor=0.01) == pytest.approx(np.full(3, 1 / 3))
+
+
+def test_membership_maximises_the_clients_likelihood_of_the_ensemble():
+    rng = np.random.default_rng(0)
+    likelihoods = rng.uniform(0.05, 1.0, size=(2, 40))
+    pi = membership(np.log(likelihoods), np.array([0.5, 0.5]), floor=0.0)
+    assert pi.sum() == pytest.approx(1.0)
+
+    def log_likelihood(weight: float) -> float:
+        return float(np.log(weight * likelihoods[0] + (1 - weight) * likelihoods[1]).sum())
+
+    grid = np.linspace(0.0, 1.0, 2001)
+    best = grid[np.argmax([log_likelihood(w) for w in grid])]
+    assert pi[0] == pytest.approx(best, abs=1e-3)
+    assert log_likelihood(pi[0]) >= max(log_likelihood(w) for w in grid) - 1e-9
+
+
+def test_membership_goes_to_a_component_that_explains_every_sample_better():
+    # component 0 gives each of the client's labels 1.2 times the probability component 1 gives:
+    # small per-sample evidence, but on every sample. One E-step from uniform leaves pi near
+    # 0.55 / 0.45; the maximum-likelihood membership is component 0 (down to the floor).
+    log_likelihoods = np.log(np.array([[0.24] * 250, [0.20] * 250]))
+    one_step = updated_mixing(responsibilities(log_likelihoods, np.array([0.5, 0.5])), 1e-4)
+    assert one_step[0] == pytest.approx(0.24 / 0.44)
+    pi = membership(log_likelihoods, np.array([0.5, 0.5]), floor=1e-4)
+    assert pi[0] > 0.999 and pi[1] == pytest.approx(1e-4 / (1 + 1e-4), rel=1e-3)
+
+
+def test_membership_keeps_the_stored_weights_where_the_components_explain_the_data_alike():
+    same = np.log(np.full((3, 10), 0.3))
+    stored = np.array([0.6, 0.3, 0.1])
+    assert membership(same, stored, floor=1e-4) == pytest.approx(stored)
+    assert membership(np.log(np.full((1, 5), 0.3)), np.array([1.0]), floor=1e-4).tolist() == [1.0]
 
 
 def test_components_with_a_negligible_share_are_not_trained():
@@ -254,17 +288,19 @@ def test_on_a_planted_two_domain_mixture_fedce_recovers_the_domains_and_beats_lo
     assert (pi[:3, component_a] > 0.9).all() and (pi[3:6, component_b] > 0.9).all()
     # a mixed client leans towards its majority domain
     assert pi[6, component_a] > 0.5 and pi[7, component_b] > 0.5
-    # sample level: the trained components tell the domains apart; with labels, the plain
-    # posterior credits most held-out samples of the mixed clients to their own domain's
-    # component (crediting all to the majority domain would score 0.75)
+    # sample level: the trained components tell the domains apart; with labels and no
+    # preference between them, the posterior credits most held-out samples of the mixed
+    # clients to their own domain's component (crediting all to the majority domain would
+    # score 0.75). (Under the client's own pi the majority wins more: pi is fitted to the
+    # training samples, which both components have fitted, and ends near 1 / 0 here.)
     credited = []
     for k in (6, 7):
         test = clients[k][1]
         ctx = run.context(k, 30)
         log_likelihoods = -np.stack([ctx.per_sample_losses(m, data=(test.inputs, test.labels)) for m in run.state.components])
-        resp = responsibilities(log_likelihoods.astype(np.float64), run.client_states[k].mixing)
+        resp = responsibilities(log_likelihoods.astype(np.float64), np.full(2, 0.5))
         credited.append(np.mean((resp[component_a] > 0.5) == test.domain_a))
-    assert np.mean(credited) > 0.8
+    assert np.mean(credited) > 0.85
 
     fedce_accuracy = headline_accuracy(results)
     local_accuracy = headline_accuracy(HookRun(LocalOnly(), clients, seed).run(rounds=30))
@@ -298,6 +334,20 @@ def test_a_component_without_share_on_a_client_is_not_trained_there(one_thread):
         share = result.values["mass"] / result.num_samples
         assert set(result.models) == {f"cluster_{s}" for s in range(2) if share[s] >= 0.5}
         assert result.steps == len(result.models) * 2 * 3  # 2 epochs of 3 batches of 8 per trained component
+
+
+def test_the_temperature_softens_the_training_weights_but_not_the_membership(one_thread):
+    uploads = {}
+    for temperature in (1.0, 4.0):
+        run = HookRun(fedce(clusters=2, temperature=temperature), planted_mixture(5), 5)
+        uploads[temperature] = run.round(1)
+    for plain, tempered in zip(uploads[1.0], uploads[4.0]):
+        # the same components and stored pi go in, so the same membership comes out
+        assert np.array_equal(plain.values["mixing"], tempered.values["mixing"])
+        # untempered, the soft counts are the membership's (pi is the fixed point of its E-step) ...
+        assert plain.values["mass"] / plain.num_samples == pytest.approx(plain.values["mixing"], abs=1e-3)
+        # ... tempered, the per-sample evidence counts a quarter as much in the training weights
+        assert not np.allclose(tempered.values["mass"], plain.values["mass"])
 
 
 # ---- whole rounds through the runtime (digits) ----
@@ -347,15 +397,15 @@ def test_upload_carries_soft_counts_and_the_server_averages_with_them():
         assert np.array_equal(run.host.client_states[u.client_id].mixing, u.values["mixing"])
 
 
-def test_evaluation_refreshes_pi_by_one_e_step_and_scores_the_output_ensemble():
+def test_evaluation_refreshes_pi_from_the_stored_one_and_scores_the_output_ensemble():
     run = fedce_run(clusters=2)
     report = run.run_round(1)
     components = run.server.state.components
     for evaluation in report.eval_reports[:3]:
         ctx = run.host.context(evaluation.client_id, 1)
         log_likelihoods = -np.stack([ctx.per_sample_losses(c) for c in components]).astype(np.float64)
-        tempered = log_likelihoods / 4.0  # the default temperature
-        pi = updated_mixing(responsibilities(tempered, run.host.client_states[evaluation.client_id].mixing), 1e-4)
+        stored = run.host.client_states[evaluation.client_id].mixing
+        pi = membership(log_likelihoods, stored if stored is not None else np.full(2, 0.5), 1e-4)  # untempered
         assert evaluation.result.memberships == pytest.approx(tuple(pi))
         assert evaluation.result.group == int(np.argmax(pi))
         mixed = sum(float(pi[s]) * ctx.probabilities(components[s]) for s in range(2))

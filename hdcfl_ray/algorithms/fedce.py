@@ -1,5 +1,5 @@
 """FedCE (clustering ensembles), reconstructed as a soft EM mixture of S
-component models per client (spec/baselines.md, section 4).
+component models per client (docs/baselines.md, FedCE section).
 
 RECONSTRUCTED: the paper's text and code were not available. The paper's
 abstract says clustering happens at the sample level and each client's model is
@@ -10,18 +10,26 @@ verified reproduction:
 - Server: S component models theta_1..theta_S (full models: encoder plus head).
 - Client k keeps mixing weights pi_k over the components (uniform until its
   first training round).
-- Participant k, every round:
-  1. E-step on all its training samples (eval mode, no grad), tempered by T
-     (`temperature`):
+- Participant k, every round (steps 1 and 2 in eval mode, no grad, on all its
+  training samples, with the S components it was sent):
+  1. membership: pi_k is EM on the mixing weights alone with the components
+     fixed, pi_{k,s} <- mean over the samples of
+     pi_{k,s} p_s(y | x) / sum_t pi_{k,t} p_t(y | x), floored at sigma
+     (`smoothing`) and renormalised so no component is ruled out for good,
+     iterated from the stored pi_k until it stops moving: the mixing weights
+     under which the client's ensemble sum_s pi_{k,s} p_s(y | x) best explains
+     its data. A component that explains every sample a little better takes the
+     membership (one E-step from uniform would leave pi near uniform: on CIFAR
+     at CPU scale the components' per-sample likelihoods differ by a few
+     percent, and the single step left every membership at 0.25-0.30);
+  2. tempered responsibilities, the training weights, by T (`temperature`):
      r_{k,s}(x, y) = pi_{k,s} p_s(y | x)^(1/T) / sum_t pi_{k,t} p_t(y | x)^(1/T).
      The likelihoods come from models trained on these very samples, so their
-     ratios are over-confident: with T = 1 (plain EM) almost every sample goes
-     wholly to one component, and under label skew the components split a
-     client's classes between them, each confidently wrong on the classes it
-     was not credited with, which the pi-weighted ensemble cannot undo. T > 1
-     keeps a client's samples shared by its components;
-  2. pi_{k,s} <- mean over its samples of r_{k,s}, floored at sigma
-     (`smoothing`) and renormalised, so no component is ruled out for good;
+     ratios are over-confident: with T = 1 almost every sample goes wholly to
+     one component, and under label skew the components split a client's
+     classes between them, each confidently wrong on the classes it was not
+     credited with. T > 1 keeps a client's samples shared by the components
+     its membership names; T does not enter pi_k;
   3. M-step: every component s whose share m_{k,s} / n_k is at least
      `min_share` (m_{k,s} = sum_x r_{k,s}(x), the soft count) is copied and
      trained E epochs on *all* the client's samples, each sample's loss weighted
@@ -38,14 +46,14 @@ verified reproduction:
   sum_k sum_x r CE / sum_k m_{k,s}.
 - Prediction: p_k(y | x) = sum_s pi_{k,s} softmax(f_theta_s(x)) (`output`, the
   default) or one model sum_s pi_{k,s} theta_s (`parameter`). At evaluation pi_k
-  is refreshed by one E-step from the stored pi_k (uniform before the client's
+  is refreshed as in step 1 from the stored pi_k (uniform before the client's
   first round) on the client's training data with the current models, for every
   client, participant or not; the refreshed pi_k is not stored.
 - Initialisation: component 0 starts from the shared seeded initial model (the
   one FedAvg starts from) and components 1..S-1 from independently seeded
   models (symmetry breaking, logged at round 1).
 
-With S = 1 every responsibility is exactly 1 (whatever T), training runs
+With S = 1 pi_k = (1) and every responsibility is exactly 1 (whatever T), training runs
 unweighted and the single model is scored directly, so FedCE is FedAvg bit for
 bit. Cost: S forward passes over the training set per local update and per
 evaluation, and up to S local trainings per participant (counted in the
@@ -73,7 +81,7 @@ class FedCEParams(Section):
     clusters: int = Field(4, ge=1, description="S mixture components")
     smoothing: float = Field(1.0e-4, ge=0.0, le=1.0, description="sigma: floor on each mixing weight pi_{k,s}")
     min_share: float = Field(0.05, ge=0.0, le=1.0, description="a component explaining less than this share of a client's data is not trained by it")
-    temperature: float = Field(4.0, ge=1.0, description="T: the E-step uses p_s(y|x)^(1/T) (1 = plain EM)")
+    temperature: float = Field(4.0, ge=1.0, description="T: the training weights use p_s(y|x)^(1/T) (1 = plain EM); the membership pi_k is untempered")
     ensemble: Literal["output", "parameter"] = Field("output", description="the test-time ensemble averages the components' outputs or their parameters")
 
 
@@ -110,6 +118,27 @@ def updated_mixing(resp: np.ndarray, floor: float) -> np.ndarray:
         return uniform_mixing(values.shape[0])
     floored = np.maximum(values.mean(axis=1), floor)
     return floored / floored.sum()
+
+
+def membership(log_likelihoods: np.ndarray, start: np.ndarray, floor: float, tolerance: float = 1.0e-8, max_iterations: int = 1000) -> np.ndarray:
+    """The client's mixing weights pi_k with the components held fixed: EM on pi
+    alone (pi <- updated_mixing(responsibilities(log_likelihoods, pi), floor)),
+    iterated from `start` until no weight moves by more than `tolerance`. Without
+    the floor this is the pi that maximises the client's likelihood of the
+    ensemble, sum_i log sum_s pi_s p_s(y_i | x_i). Each iteration cannot lower
+    that likelihood; starting from the stored pi keeps the choice between
+    components that explain the data equally well where it was."""
+    logs = np.asarray(log_likelihoods, dtype=np.float64)
+    mixing = np.asarray(start, dtype=np.float64)
+    if logs.shape[0] == 1:
+        return np.ones(1)
+    for _ in range(max_iterations):
+        updated = updated_mixing(responsibilities(logs, mixing), floor)
+        done = np.max(np.abs(updated - mixing)) <= tolerance
+        mixing = updated
+        if done:
+            break
+    return mixing
 
 
 def components_to_train(mass: np.ndarray, num_samples: int, min_share: float) -> list[int]:
@@ -223,14 +252,15 @@ class FedCE(AlgorithmDefaults):
         return FedCEClient()
 
     def e_step(self, ctx: ClientContext, state: FedCEClient, models: list[ModelParams]) -> tuple[np.ndarray, np.ndarray]:
-        """Responsibilities (S, N) of the client's training samples and the updated pi_k."""
-        prior = state.mixing if state.mixing is not None else uniform_mixing(self.count)
+        """The client's membership pi_k (EM on pi with the current components, from the
+        stored pi_k) and the tempered responsibilities (S, N) of its training samples
+        under that pi_k: the training weights."""
         if self.count == 1:  # nothing to infer; skip the forward pass
-            resp = np.ones((1, ctx.num_train))
-        else:
-            losses = np.stack([ctx.per_sample_losses(model) for model in models]).astype(np.float64)
-            resp = responsibilities(-losses / self.params.temperature, prior)
-        return resp, updated_mixing(resp, self.params.smoothing)
+            return np.ones((1, ctx.num_train)), np.ones(1)
+        stored = state.mixing if state.mixing is not None else uniform_mixing(self.count)
+        log_likelihoods = -np.stack([ctx.per_sample_losses(model) for model in models]).astype(np.float64)
+        mixing = membership(log_likelihoods, stored, self.params.smoothing)
+        return responsibilities(log_likelihoods / self.params.temperature, mixing), mixing
 
     def local_update(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedCEClient]:
         import torch  # client side only: the server never imports torch
