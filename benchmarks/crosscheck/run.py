@@ -1,7 +1,7 @@
 """Cross-check hdcfl-ray's baselines against PFLlib on one split, seed by seed (docs/cross-check.md).
 
     python benchmarks/crosscheck/run.py --pfllib PFLLIB/system --ref-python REF_VENV/bin/python \
-        [--scenario scenarios/quickstart.yaml] [--methods fedavg,fedavg_se,fedbabu,fedala,local] \
+        [--scenario scenarios/quickstart.yaml] [--methods fedavg,fedavg_se,fedbabu,fedala,local,...] \
         [--seeds 42,123,2026] [--set KEY=VALUE]... [--work runs/crosscheck] [--table FILE] \
         [--batch-order reference|ours] [--paired [--paired-rounds 3]]
 
@@ -20,8 +20,10 @@ arithmetic); its results are kept apart from the default ones.
 `--paired` is the paired mode: both sides run the first --paired-rounds rounds
 (our side evaluates every round), PFLlib with our batches, memory layout, test
 batching and server average (pfllib_side.py --paired), and the table lists, per
-method, seed and round, both mean accuracies and how many clients' accuracies are
-identical.
+method, seed and round, both mean accuracies, how many clients' accuracies are
+identical and how many clients' test losses are the same float (the loss of the
+model each side scores, computed as ours computes it); for Ditto and APFL also
+their global models'.
 
 Method pairs (hdcfl-ray -> PFLlib): fedavg -> FedAvg, fedavg_se -> FedPer,
 fedbabu -> FedBABU, fedala -> FedALA, local -> Local, fedprox -> FedProx,
@@ -64,19 +66,18 @@ REFERENCE_NAMES = {
     "fedrep": "FedRep",
     "apfl": "APFL",
 }
-# Settings a pair runs with on both sides, on top of the scenario and --set (docs/cross-check.md):
+# Settings a pair runs with on both sides, on top of the scenario and --set (docs/cross-check.md).
 # PFLlib's FedProx and Ditto put the proximal term into a plain SGD step (no momentum, no weight
-# decay), so both sides run them so; mu / lambda are the papers' plain-SGD values (the ones our
-# momentum defaults were derived from); Ditto's lambda is fixed as PFLlib's is; PFLlib's APFL steps
-# alpha with the learning rate, so ours gets alpha_lr = lr.
-PLAIN_SGD = ["protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"]
+# decay), so both sides run them so, at lr 0.5: the step size lr / (1 - momentum) of the quickstart's
+# lr 0.05 with momentum 0.9. mu and Ditto's (fixed, as PFLlib's is) lambda are our defaults, which
+# then pull by lr * mu per step exactly as much as under the quickstart's momentum SGD (0.5% and 5%).
+# PFLlib's APFL steps alpha with the learning rate, so ours gets alpha_lr = lr.
+PLAIN_SGD = ["protocol.optimizer.lr=0.5", "protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"]
 METHOD_SETTINGS: dict[str, list[str]] = {
-    "fedprox": [*PLAIN_SGD, "algorithm.fedprox.mu=0.1"],
-    "ditto": [*PLAIN_SGD, "algorithm.ditto.lambda_selection=fixed", "algorithm.ditto.proximal=1.0"],
+    "fedprox": [*PLAIN_SGD, "algorithm.fedprox.mu=0.01"],
+    "ditto": [*PLAIN_SGD, "algorithm.ditto.lambda_selection=fixed", "algorithm.ditto.proximal=0.1"],
     "apfl": ["algorithm.apfl.alpha_lr=0.05"],
 }
-# Our runs evaluate every client every 5 rounds (and at the last round); evaluation changes no state.
-OUR_EVAL_EVERY = 5
 
 
 def clean_env() -> dict[str, str]:
