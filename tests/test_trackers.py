@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 import hdcfl_ray
+from cli import app
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.trackers import TRACKERS, round_metrics
 from tests.conftest import tiny_scenario
@@ -70,10 +72,11 @@ def test_mlflow_store_holds_the_scenario_every_round_and_the_tables(tmp_path):
 
 
 def test_wandb_offline_run_holds_the_scenario_and_every_round(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)
     run = tracked_run(tmp_path, ["wandb"])
     assert not run.notices
+    wandb.teardown()  # wait until W&B's service process has written the offline file out
     [offline] = (run.dir / "wandb").glob("offline-run-*/run-*.wandb")  # offline: nothing was sent
     history, config = read_wandb_file(offline)
     for column in ("mean_accuracy", "worst_accuracy", "bottom20_accuracy", "mean_accuracy_global", "num_groups"):
@@ -139,11 +142,14 @@ def test_a_failing_tracker_is_reported_once_and_the_run_keeps_its_tables(tmp_pat
     assert capsys.readouterr().out == ""
 
 
-def test_a_missing_tracker_package_stops_before_anything_starts(tmp_path, monkeypatch):
+def test_a_missing_tracker_package_stops_before_anything_starts(tmp_path, monkeypatch, write_scenario):
     monkeypatch.setitem(TRACKERS, "wandb", ("hdcfl_ray.trackers.wandb", "no_such_package_for_hdcfl", "wandb"))
     with pytest.raises(ScenarioError, match=r'output.trackers: wandb is not installed; pip install -e "\.\[wandb\]"'):
         tracked_run(tmp_path, ["wandb"])
     assert not (tmp_path / "runs" / "run").exists()
+    path = write_scenario(tiny_scenario(output={"trackers": ["wandb"]}))
+    validated = CliRunner().invoke(app, ["validate", str(path)])  # validate says it too
+    assert validated.exit_code == 2 and "wandb is not installed" in validated.output
 
 
 def test_round_metrics_skip_absent_and_nan_values():

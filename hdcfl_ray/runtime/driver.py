@@ -95,6 +95,10 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     notices += check_trace(scenario.protocol.system, scenario.partition.num_clients)
     check_pretrained(scenario.model, dataset.channels)
     check_pool_held_out(scenario)
+    if scenario.output.trackers:  # a tracker's package is missing: say so before anything starts
+        from hdcfl_ray.trackers import check_trackers_installed
+
+        check_trackers_installed(scenario.output.trackers)
     try:
         partition = build_partition(
             scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
