@@ -136,3 +136,10 @@ def test_each_pair_gets_its_own_export_when_it_has_settings_of_its_own(tmp_path:
     assert run.method_overrides("fedprox", ["algorithm.fedprox.mu=0.5"])[-1] == "algorithm.fedprox.mu=0.5"
     for method in ("fedprox", "ditto"):  # PFLlib's proximal optimizer has no momentum and no weight decay
         assert {"protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"} <= set(run.METHOD_SETTINGS[method])
+
+
+def test_the_full_run_band_is_one_point_or_two_standard_errors_of_the_paired_difference() -> None:
+    run = _module("run")
+    assert run.agreement_band([0.1, -0.1, 0.0]) == 1.0  # tight pairs: the 1 pp floor
+    spread = [2.17, -0.11, 1.56]
+    assert run.agreement_band(spread) == pytest.approx(2 * np.std(spread, ddof=1) / np.sqrt(3))

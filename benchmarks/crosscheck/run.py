@@ -208,11 +208,18 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else float("nan"))
 
 
+def agreement_band(paired_differences: list[float]) -> float:
+    """The full-run rule (docs/cross-check.md): the mean paired difference (pp) must lie
+    within max(1.0, 2 * s_d / sqrt(n)), s_d the std of the per-seed differences."""
+    _, spread = mean_std(paired_differences)
+    return max(1.0, 2.0 * spread / len(paired_differences) ** 0.5)
+
+
 def tables(results: dict[str, dict[int, dict[str, float]]], seeds: list[int]) -> str:
     """Side-by-side summary and per-seed tables, accuracies in percent."""
     lines = [
-        "| method (ours / PFLlib) | ours | PFLlib | difference (ours - PFLlib) | paired difference | within seed spread |",
-        "|---|---|---|---|---|---|",
+        "| method (ours / PFLlib) | ours | PFLlib | paired difference (ours - PFLlib) | band | within band | larger seed std |",
+        "|---|---|---|---|---|---|---|",
     ]
     for method, by_seed in results.items():
         done = [s for s in seeds if s in by_seed]
@@ -221,11 +228,14 @@ def tables(results: dict[str, dict[int, dict[str, float]]], seeds: list[int]) ->
         (mo, so), (mr, sr) = mean_std(ours), mean_std(ref)
         paired = [o - r for o, r in zip(ours, ref)]
         mp, sp = mean_std(paired)
-        spread = max(so, sr)
-        verdict = "n/a" if len(done) < 2 else ("yes" if abs(mo - mr) <= spread else "no")
+        if len(done) < 2:
+            band_text, verdict = "n/a", "n/a"
+        else:
+            band = agreement_band(paired)
+            band_text, verdict = f"{band:.2f}", "yes" if abs(mp) <= band else "no"
         lines.append(
-            f"| {method} / {REFERENCE_NAMES[method]} | {mo:.2f} ± {so:.2f} | {mr:.2f} ± {sr:.2f} | {mo - mr:+.2f} "
-            f"| {mp:+.2f} ± {sp:.2f} | {verdict} (spread {spread:.2f}) |"
+            f"| {method} / {REFERENCE_NAMES[method]} | {mo:.2f} ± {so:.2f} | {mr:.2f} ± {sr:.2f} "
+            f"| {mp:+.2f} ± {sp:.2f} | {band_text} | {verdict} | {max(so, sr):.2f} |"
         )
     lines += ["", "| method | seed | ours | PFLlib | ours - PFLlib |", "|---|---|---|---|---|"]
     for method, by_seed in results.items():

@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from export_split import export  # noqa: E402
-from run import REPO_ROOT, clean_env, mean_std, our_client_values_by_round, our_final, our_run  # noqa: E402
+from run import REPO_ROOT, agreement_band, clean_env, mean_std, our_client_values_by_round, our_final, our_run  # noqa: E402
 
 IFCA_SIDE = Path(__file__).resolve().parent / "ifca_side.py"
 IFCA_SETTINGS = [
@@ -134,9 +134,10 @@ def main() -> int:
         paired = [o - r for o, r in zip(ours_values, ref_values)]
         (mo, so), (mr, sr), (mp, sp) = mean_std(ours_values), mean_std(ref_values), mean_std(paired)
         text = "\n".join([
-            "| method | ours | reference | difference | paired difference |",
-            "|---|---|---|---|---|",
-            f"| ifca / jichan3751 IFCA | {mo:.2f} ± {so:.2f} | {mr:.2f} ± {sr:.2f} | {mo - mr:+.2f} | {mp:+.2f} ± {sp:.2f} |",
+            "| method | ours | reference | paired difference (ours - reference) | band | within band | larger seed std |",
+            "|---|---|---|---|---|---|---|",
+            f"| ifca / jichan3751 IFCA | {mo:.2f} ± {so:.2f} | {mr:.2f} ± {sr:.2f} | {mp:+.2f} ± {sp:.2f} "
+            f"| {agreement_band(paired):.2f} | {'yes' if abs(mp) <= agreement_band(paired) else 'no'} | {max(so, sr):.2f} |",
             "",
             "| seed | ours | reference | ours - reference |",
             "|---|---|---|---|",
