@@ -6,9 +6,10 @@ during the run.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -16,7 +17,27 @@ from rich.markup import escape
 
 from hdcfl_ray.errors import ScenarioError
 
-app = typer.Typer(
+class _Command(typer.Typer):
+    """The `hdcfl-ray` command (the console script calls it; tests invoke its commands)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as exit_request:
+            from hdcfl_ray.runtime.interrupts import received
+
+            if received() is None:
+                raise
+            # A run stopped by a signal has said where it stands and cleaned up (Ray
+            # shut down, its processes stopped); the interpreter's teardown could still
+            # trip over Ray's half-closed core worker (SIGSEGV) and turn exit 130/143
+            # into a crash, so the process ends here.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exit_request.code if isinstance(exit_request.code, int) else 1)
+
+
+app = _Command(
     name="hdcfl-ray",
     help="Federated-learning simulator on Ray: HDC-FL and its baselines, with Arrow logs.",
     no_args_is_help=True,
@@ -83,7 +104,49 @@ def simulate(
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the killed run in this run directory from its last checkpoint."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view or summary; print only the run directory."),
 ) -> None:
-    """Run one simulation and write its run directory (scenario, manifest, Parquet tables)."""
+    """Run one simulation and write its run directory (scenario, manifest, Parquet tables).
+    SIGINT (Ctrl-C) or SIGTERM stops it resumably: exit 130 or 143, the manifest marked
+    interrupted, and the resume command printed."""
+    from hdcfl_ray.runtime.interrupts import stop_signals
+
+    seen: dict[str, Any] = {}
+    with stop_signals():  # from here on, a stop signal unwinds the run instead of killing it
+        try:
+            _simulate(scenario_file, overrides, out, resume, quiet, seen)
+        except KeyboardInterrupt as interrupt:
+            _stopped_by_signal(interrupt, seen)
+
+
+def _stopped_by_signal(interrupt: KeyboardInterrupt, seen: dict[str, Any]) -> None:
+    """One line naming the run folder and the resume command (only when the folder
+    holds a run to resume), then exit 128 + the signal number."""
+    import signal
+
+    from hdcfl_ray.terminal.live_view import LiveView
+
+    observer = seen.get("observer")
+    if isinstance(observer, LiveView):
+        observer.abort()
+    from hdcfl_ray.runtime.interrupts import received
+
+    # the signal as noted when it came (Ray re-raises a KeyboardInterrupt of its own from ray.get)
+    signum = received() or getattr(interrupt, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    run_dir: Path | None = seen.get("run_dir")
+    if run_dir is not None and (run_dir / "scenario.yaml").is_file():
+        error_console.print(
+            f"interrupted ({name}); finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        error_console.print(f"interrupted ({name}) before the run folder was made; nothing was written", highlight=False)
+    raise typer.Exit(128 + signum)
+
+
+def _simulate(
+    scenario_file: Optional[Path], overrides: Optional[List[str]], out: Optional[Path], resume: Optional[Path], quiet: bool, seen: dict[str, Any]
+) -> None:
     from hdcfl_ray.config import load_scenario
     from hdcfl_ray.runtime.driver import check_run_dir_free, default_run_dir, prepare_run, resumable_run, run_simulation
     from hdcfl_ray.terminal.live_view import LiveView, QuietObserver
@@ -99,6 +162,7 @@ def simulate(
         else:
             scenario = load_scenario(scenario_file, overrides or [])
         run_dir = resume or out or default_run_dir(scenario)
+        seen["run_dir"] = run_dir
         if resume is None:
             check_run_dir_free(run_dir)
         prepared = prepare_run(scenario)
@@ -106,6 +170,7 @@ def simulate(
         _fail_bad_input(error)
     _print_notices(prepared.notices)
     observer = QuietObserver() if quiet else LiveView()
+    seen["observer"] = observer
     if not quiet:
         dataset = prepared.dataset
         Console().print(
@@ -119,11 +184,6 @@ def simulate(
         if isinstance(observer, LiveView):
             observer.abort()
         _fail_bad_input(error)
-    except KeyboardInterrupt:
-        if isinstance(observer, LiveView):
-            observer.abort()
-        error_console.print(f"interrupted; finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}")
-        raise typer.Exit(130)
     except Exception as error:  # a failure during the run: say what and where the partial logs are
         if isinstance(observer, LiveView):
             observer.abort()

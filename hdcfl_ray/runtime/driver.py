@@ -31,6 +31,7 @@ from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after, verify_parts
 from hdcfl_ray.runtime.backends.choice import choose_backend
 from hdcfl_ray.runtime.backends.local_backend import LocalBackend
+from hdcfl_ray.runtime.interrupts import raise_if_received, received
 
 if TYPE_CHECKING:
     from hdcfl_ray.runtime.backends.ray_backend import RayBackend
@@ -180,12 +181,16 @@ def check_resume_settings(run_dir: Path, scenario: Scenario, manifest: dict[str,
         )
 
 
+LOCK_FILE = ".lock"  # held (flock) by the one process that writes a run folder
+# a run killed while writing its scenario leaves only that hidden temporary file: not a run yet
+_NOT_A_RUN_YET = frozenset({".scenario.yaml.tmp", LOCK_FILE})
+
+
 def check_run_dir_free(run_dir: Path) -> None:
     """A new run's folder must be absent or empty, and creatable."""
     if run_dir.is_file() or run_dir.is_symlink() and not run_dir.is_dir():
         raise ScenarioError(f"--out {run_dir}: this is a file, not a folder; give a new run folder")
-    # a run killed while writing its scenario leaves only that hidden temporary file: not a run yet
-    if run_dir.is_dir() and any(entry.name != ".scenario.yaml.tmp" for entry in run_dir.iterdir()):
+    if run_dir.is_dir() and any(entry.name not in _NOT_A_RUN_YET for entry in run_dir.iterdir()):
         raise ScenarioError(f"--out {run_dir}: the folder already holds files; choose a new run folder or remove it")
     for parent in run_dir.parents:
         if parent.exists():
@@ -208,24 +213,52 @@ def claim_run_dir(run_dir: Path) -> bool:
 
 
 @contextmanager
-def _new_run_dir(scenario: Scenario, run_dir: Path, resume: bool) -> Iterator[None]:
-    """The folder of a new run, with its scenario.yaml. Bad input found while the run
-    starts (a ScenarioError before any round was logged) removes what was written, so
-    the corrected rerun can use the same folder."""
-    if resume:
-        yield
-        return
-    created = claim_run_dir(run_dir)
-    write_text_durably(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Hold RUN_DIR/.lock (an exclusive flock, released when the process ends however
+    it ends), so two processes never write one run folder: a second run or resume
+    into it stops with exit 2."""
+    import fcntl
+
+    try:
+        descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ScenarioError(f"{run_dir}: cannot write in the run folder ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        raise ScenarioError(
+            f"{run_dir}: another hdcfl-ray process is writing this run folder (it holds {run_dir / LOCK_FILE}); "
+            "wait for it to end, or give another folder"
+        ) from None
     try:
         yield
-    except ScenarioError:
-        if all(entry.name.lstrip(".").startswith(("scenario.yaml", MANIFEST)) for entry in run_dir.iterdir()):
-            for entry in run_dir.iterdir():
-                entry.unlink()
-            if created:
-                run_dir.rmdir()
-        raise
+    finally:
+        os.close(descriptor)
+
+
+@contextmanager
+def _new_run_dir(scenario: Scenario, run_dir: Path, resume: bool) -> Iterator[None]:
+    """The folder of a new run, with its scenario.yaml, locked while the run writes it.
+    Bad input found while the run starts (a ScenarioError before any round was
+    logged) removes what was written, so the corrected rerun can use the same folder."""
+    if resume:
+        with run_dir_lock(run_dir):
+            yield
+        return
+    created = claim_run_dir(run_dir)
+    with run_dir_lock(run_dir):
+        check_run_dir_free(run_dir)  # again, now that no other process can start a run here
+        write_text_durably(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
+        try:
+            yield
+        except ScenarioError:
+            if all(entry.name.lstrip(".").startswith(("scenario.yaml", MANIFEST, LOCK_FILE.lstrip("."))) for entry in run_dir.iterdir()):
+                for entry in run_dir.iterdir():
+                    entry.unlink()
+                if created:
+                    run_dir.rmdir()
+            raise
 
 
 def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None, resume: bool = False) -> RunSummary:
@@ -249,6 +282,7 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     if choose_backend(scenario.runtime) == "local":
         with _new_run_dir(scenario, run_dir, resume):
             summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
+            update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     else:
         # Ray is imported only for a Ray run
         from hdcfl_ray.runtime.backends.placement import count_hosts
@@ -260,7 +294,7 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
             session.check_capacity(count_hosts(scenario.runtime, prepared.partition.num_clients, session.cpus, session.gpus), scenario.runtime)
             with _new_run_dir(scenario, run_dir, resume):
                 summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint)
-    update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
+                update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     if observer is not None:
         observer.on_finish(summary)
     return summary
@@ -330,6 +364,13 @@ def _run_with(
             return _run_rounds(prepared, run_dir, backend, observer, checkpoint, started)
         finally:
             backend.close()
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (interrupts.RunInterrupted): resumable
+        import signal
+
+        signum = received()
+        by = signal.Signals(signum).name if signum is not None else (str(exc) or "KeyboardInterrupt")
+        update_manifest(run_dir, status="interrupted", interrupted_by=by, interrupted_at=datetime.now().isoformat(timespec="seconds"))
+        raise
     except BaseException as exc:
         update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
         raise
@@ -370,6 +411,7 @@ def _run_rounds(
             observer.skip_rounds(first_round - 1)
     every = scenario.checkpoint.every
     for round_index in range(first_round, scenario.protocol.rounds + 1):
+        raise_if_received()  # a stop signal whose exception something swallowed
         round_started = time.perf_counter()
         report = backend.call("run_round", round_index)
         client_rows = rows.client_rows(report)

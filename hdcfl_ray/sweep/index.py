@@ -12,7 +12,7 @@ from hdcfl_ray.logs.manifest import read_manifest
 from hdcfl_ray.sweep.grid import SweepRun
 
 # What a run folder holds before its run has computed anything: the resolved scenario.
-_UNSTARTED_FILES = frozenset({"scenario.yaml", ".scenario.yaml.tmp"})
+_UNSTARTED_FILES = frozenset({"scenario.yaml", ".scenario.yaml.tmp", ".lock"})
 
 
 def run_status(run: SweepRun) -> str:

@@ -15,6 +15,8 @@ cluster (`runtime.address`) is the only way to listen elsewhere.
 from __future__ import annotations
 
 import os
+import threading
+import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -68,17 +70,35 @@ def _joins_loopback(address: str) -> bool:
     return host not in ("", "auto") and is_loopback_host(host)
 
 
-def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> None:
-    """Start a fresh Ray instance in this process whose services listen on loopback only."""
+# Every process of a private Ray instance carries this variable in its environment
+# (Ray's processes inherit it from the driver, and the agents and workers from the
+# raylet), valued uniquely per instance: after a shutdown, those still alive are
+# found by it even when their parent has died, and are stopped.
+OWNER_ENV = "HDCFL_RAY_INSTANCE"
+
+
+def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> str:
+    """Start a fresh Ray instance in this process whose services listen on loopback only;
+    returns the marker its processes carry (see `stop_private_ray`)."""
+    from hdcfl_ray.runtime.interrupts import ray_keeps_our_handlers
+
     _quiet_ray_environment()
     kwargs: dict[str, Any] = {"include_dashboard": include_dashboard}
     if include_dashboard:
         kwargs["dashboard_host"] = dashboard_host
-    with _single_machine():
-        # "local" starts a fresh instance even when a `ray start` cluster runs on this
-        # machine (ray.init() alone would join it): address null means a private Ray.
-        # Ray's own start-up notices are noise to a simulator user; failures still raise.
-        ray.init(address="local", num_cpus=num_cpus, logging_level="ERROR", configure_logging=True, **kwargs)
+    marker = f"{os.getpid()}-{uuid.uuid4().hex}"
+    os.environ[OWNER_ENV] = marker
+    try:
+        with _single_machine(), ray_keeps_our_handlers():
+            # "local" starts a fresh instance even when a `ray start` cluster runs on this
+            # machine (ray.init() alone would join it): address null means a private Ray.
+            # Ray's own start-up notices are noise to a simulator user; failures still raise.
+            ray.init(address="local", num_cpus=num_cpus, logging_level="ERROR", configure_logging=True, **kwargs)
+    except BaseException:  # a failed or interrupted start: stop whatever it started
+        os.environ.pop(OWNER_ENV, None)
+        stop_private_ray(marker)
+        raise
+    os.environ.pop(OWNER_ENV, None)
     node_ip = ray.util.get_node_ip_address()
     if not is_loopback_host(node_ip):  # a Ray that no longer follows the rule above
         ray.shutdown()
@@ -87,6 +107,111 @@ def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, das
             "reachable from other machines; it was stopped. Start Ray yourself (ray start --head "
             "--node-ip-address=127.0.0.1) and join it with runtime.address"
         )
+    return marker
+
+
+def stop_private_ray(marker: str, grace_s: float = 5.0) -> list[int]:
+    """Shut Ray down, then wait up to `grace_s` for every process of the instance
+    `marker` names to exit and kill those that have not (Ray's agents outlive a
+    shutdown that is cut short, or a start that is interrupted). Signals stay ignored
+    meanwhile. Returns the pids killed."""
+    import signal
+    import time
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:  # a second Ctrl-C must not cut the shutdown short
+        for signum in previous:
+            signal.signal(signum, signal.SIG_IGN)
+    try:
+        tracked = instance_processes(marker)  # before the shutdown, while parents still link them
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        except Exception:  # a half-started instance: its processes are stopped below
+            pass
+        deadline = time.monotonic() + grace_s
+        while True:
+            tracked.update(instance_processes(marker))
+            alive = [pid for pid, started in tracked.items() if _process_start(pid) == started]
+            if not alive or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        killed = []
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+        return killed
+    finally:
+        if main_thread:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def instance_processes(marker: str) -> dict[int, int]:
+    """Live processes of the instance `marker` names, pid -> start time: those whose
+    environment holds OWNER_ENV=`marker` (the GCS, the raylet, ...) and their
+    descendants (the agents and workers the raylet starts, whose environment Ray's
+    process titles may overwrite). Linux's /proc; elsewhere none are found and Ray's
+    own shutdown is relied on."""
+    wanted = f"{OWNER_ENV}={marker}".encode()
+    table = _process_table()
+    marked = []
+    for pid in table:
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if wanted in handle.read().split(b"\0"):
+                    marked.append(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found: dict[int, int] = {}
+    todo = list(marked)
+    while todo:
+        pid = todo.pop()
+        if pid in found or pid == os.getpid():
+            continue
+        found[pid] = table[pid][1]
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time) of every live, non-zombie process."""
+    table: dict[int, tuple[int, int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] != "Z":
+                table[int(entry)] = (int(fields[1]), int(fields[19]))
+    return table
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: state, ppid, ..., start time at [19]."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].decode().split()
+    except (OSError, IndexError):
+        return None
+
+
+def _process_start(pid: int) -> int | None:
+    """A live process's start time (None when gone or a zombie): a pid reused by
+    another process has another start time, so it is never killed by mistake."""
+    fields = _stat_fields(pid)
+    return None if fields is None or fields[0] == "Z" else int(fields[19])
 
 
 class RaySession:
@@ -96,20 +221,24 @@ class RaySession:
     def __init__(self, runtime: RuntimeConfig) -> None:
         self.runtime = runtime
         self.started_here = False
+        self.marker: str | None = None  # a private instance's, for stop_private_ray
 
     def __enter__(self) -> "RaySession":
         if not ray.is_initialized():
             if self.runtime.address is None:
-                start_private_ray(self.runtime.num_cpus, self.runtime.include_dashboard, self.runtime.dashboard_host)
+                self.marker = start_private_ray(self.runtime.num_cpus, self.runtime.include_dashboard, self.runtime.dashboard_host)
             else:
+                from hdcfl_ray.runtime.interrupts import ray_keeps_our_handlers
+
                 _quiet_ray_environment()
                 check_cluster_reachable(self.runtime.address)
                 try:
                     if _joins_loopback(self.runtime.address):
-                        with _single_machine():
+                        with _single_machine(), ray_keeps_our_handlers():
                             ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
                     else:
-                        ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
+                        with ray_keeps_our_handlers():
+                            ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
                 except ConnectionError as error:  # Ray's answer when no cluster is at the address
                     raise ScenarioError(
                         f"runtime.address: {self.runtime.address!r}: no Ray cluster to join ({str(error).strip().splitlines()[0]}); "
@@ -119,7 +248,9 @@ class RaySession:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.started_here:
+        if self.marker is not None:
+            stop_private_ray(self.marker)
+        elif self.started_here:
             ray.shutdown()
 
     @property
