@@ -76,6 +76,12 @@ def load_cifar(layout: CifarLayout, root: str | Path | None = None, download: bo
     if layout.names_key not in meta:
         raise ScenarioError(f"{folder / layout.meta_file}: no {layout.names_key!r} entry; re-extract the archive")
     classes = tuple(_as_text(name) for name in meta[layout.names_key])
+    for name, labels in zip((*layout.train_files, layout.test_file), (*train_labels, test_labels)):
+        if labels.size and (labels.min() < 0 or labels.max() >= len(classes)):
+            raise ScenarioError(
+                f"{folder / name}: labels must be class indices 0..{len(classes) - 1} ({len(classes)} classes in "
+                f"{layout.meta_file}); found {int(labels.min())}..{int(labels.max())}. Re-extract the archive"
+            )
     return ImageDataset(
         name=layout.name,
         train_images=np.concatenate(train_images),

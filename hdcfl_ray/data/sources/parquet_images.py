@@ -15,6 +15,9 @@ from hdcfl_ray.data.sources.decode import ImageSource, decode_images
 from hdcfl_ray.errors import ScenarioError
 
 CLASSES_METADATA_KEY = b"classes"
+# The most classes a table may have (labels 0..MAX_CLASSES-1) when its schema does not
+# name them: a stray label of 2,000,000,000 would otherwise mean as many class names.
+MAX_CLASSES = 100_000
 
 RowSelector = Callable[[int], "np.ndarray | None"]
 
@@ -124,6 +127,13 @@ def _labels(column: pa.ChunkedArray, path: Path, name: str) -> np.ndarray:
     labels = column.to_numpy().astype(np.int64)
     if labels.min() < 0:
         raise ScenarioError(f"dataset.label_column: column {name!r} of {path} has negative labels; use 0..C-1")
+    largest = int(labels.max())
+    if largest >= MAX_CLASSES:
+        row = int(np.argmax(labels))
+        raise ScenarioError(
+            f"dataset.label_column: column {name!r} of {path} has the label {largest} (row {row}); labels are class "
+            f"indices 0..C-1, and at most {MAX_CLASSES} classes are supported"
+        )
     return labels
 
 
