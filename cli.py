@@ -73,6 +73,38 @@ def _print_notices(notices: tuple[str, ...]) -> None:
         error_console.print(f"[bold yellow]warning:[/] {escape(notice)}", highlight=False, soft_wrap=True)
 
 
+@app.callback()
+def _load_named_plugins(
+    plugins: Optional[List[str]] = typer.Option(
+        None,
+        "--plugin",
+        help="Import this module as a plugin (methods, partitions, data sources, transforms, encoders it declares) "
+        "before the command runs; repeatable. Installed plugin packages load without it.",
+        metavar="MODULE",
+    ),
+) -> None:
+    """Federated-learning simulator on Ray: HDC-FL and its baselines, with Arrow logs."""
+    if plugins:
+        from hdcfl_ray.plugins import load_plugins
+
+        try:
+            load_plugins(plugins)
+        except ScenarioError as error:
+            _fail_bad_input(error)
+
+
+@app.command("plugins")
+def list_plugins() -> None:
+    """List the methods, partitions, data sources, transforms and encoders there are
+    (built-in and from plugins, with each plugin's package and version) and each one's keys."""
+    from hdcfl_ray.plugins import describe
+
+    try:
+        print(describe())
+    except (ScenarioError, ImportError, TypeError, ValueError) as error:
+        _fail_bad_input(ScenarioError(f"plugins: {error}"))
+
+
 @app.command()
 def validate(
     scenario_file: Path = typer.Argument(..., help="Scenario YAML file."),
@@ -219,7 +251,12 @@ def pretrain(
         print(f"epoch {report.epoch}/{epochs}: train loss {report.train_loss:.4f}, test accuracy {100 * report.test_accuracy:.2f}%", flush=True)
 
     try:
+        from hdcfl_ray.config.paths import check_writable
+
         scenario = load_scenario(scenario_file, overrides or [])
+        if epochs < 1:
+            raise ScenarioError(f"--epochs {epochs}: give at least 1")
+        check_writable(out, "--out", "file")  # before training, not after every epoch has run
         summary = run_pretraining(scenario, out, epochs=epochs, batch_size=batch_size, lr=lr, transform=transform, progress=show)  # type: ignore[arg-type]
     except ScenarioError as error:
         _fail_bad_input(error)
@@ -267,6 +304,10 @@ def sweep(
                 raise ScenarioError("--out SWEEP_DIR is required")
             seed_values = check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else None
             plan = SweepPlan(tuple(files), parse_list(algorithms, "--algorithms"), seed_values, tuple(overrides or ()), out)
+        if report_file is not None:
+            from hdcfl_ray.config.paths import check_writable
+
+            check_writable(report_file, "--report", "file")
         runs = expand(plan)
     except ScenarioError as error:
         _fail_bad_input(error)
@@ -338,6 +379,10 @@ def calibrate(
         if not scenario_file.is_file():
             raise ScenarioError(f"{scenario_file}: no such file")
         seed_values = check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else None
+        if report_file is not None:
+            from hdcfl_ray.config.paths import check_writable
+
+            check_writable(report_file, "--report", "file")
         value_list = parse_list(values, "--values") or ()
         runs = calibration_runs(
             scenario_file, key, value_list, algorithm, seed_values, tuple(overrides or ()), out, None if oracle else validation_fraction
@@ -393,7 +438,27 @@ def report(
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         _fail_bad_input(ScenarioError(f"no such run directory: {', '.join(missing)}"))
-    runs = load_runs(list(paths))
+    from hdcfl_ray.config.paths import check_writable
+    from hdcfl_ray.logs.table_writer import unreadable_parts
+
+    try:  # outputs and inputs checked before anything is computed
+        if out is not None:
+            check_writable(out, "--out", "file")
+        if figures is not None:
+            check_writable(figures, "--figures", "folder")
+        damaged = unreadable_parts(paths)
+        if damaged:
+            listed = "; ".join(f"{path} ({reason})" for path, reason in damaged[:10])
+            more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
+            raise ScenarioError(
+                f"report: {len(damaged)} table part(s) cannot be read: {listed}{more}. Resume an unfinished run with "
+                "hdcfl-ray simulate --resume RUN_DIR (it redoes a damaged round), or leave the run out of the report"
+            )
+        runs = load_runs(list(paths))
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    except (OSError, ValueError) as error:  # pyarrow's errors are ValueError or OSError subclasses
+        _fail_bad_input(ScenarioError(f"report: the runs cannot be read ({type(error).__name__}: {error})"))
     left_out = [run for run in runs if run.status != "completed" or run.final_evaluated_round() is None]
     if left_out:  # a half-finished run would mix rounds into the final-round tables
         Console(stderr=True).print(

@@ -176,3 +176,63 @@ def test_seeds_options_are_checked(write_scenario, tmp_path, seeds, said):
         app, ["calibrate", str(scenario), "--key", "protocol.optimizer.lr", "--values", "0.1", "--seeds", seeds, "--out", str(tmp_path / "c")]
     )
     assert result.exit_code == 2 and said in result.output, result.output
+
+
+# --- every command's bad input exits 2 without a traceback ---------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+    from hdcfl_ray.terminal.live_view import QuietObserver
+
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    run_simulation(prepare_run(build_scenario(tiny_scenario(protocol={"rounds": 2}, runtime={"backend": "local"}))), run_dir, QuietObserver())
+    return run_dir
+
+
+def _copy_run(finished_run, tmp_path):
+    import shutil
+
+    shutil.copytree(finished_run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_report_on_a_truncated_part_exits_2_naming_it(finished_run, tmp_path):
+    run_dir = _copy_run(finished_run, tmp_path)
+    part = run_dir / "clients.parquet" / "part-000002.parquet"
+    part.write_bytes(part.read_bytes()[:100])
+    result = runner.invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert str(part) in result.output and "--resume" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("option, target", [("--out", "/proc/hdcfl-report.md"), ("--figures", "FILE")])
+def test_report_to_a_place_it_cannot_write_exits_2_before_computing(finished_run, tmp_path, option, target):
+    if target == "FILE":
+        target = str(tmp_path / "a-file")
+        Path(target).write_text("x")
+    result = runner.invoke(app, ["report", str(finished_run), "--format", "md", option, target])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and "Traceback" not in result.output
+
+
+def test_pretrain_to_a_place_it_cannot_write_exits_2_before_training(write_scenario, monkeypatch):
+    import hdcfl_ray.pretraining as pretraining
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("trained before checking --out")
+
+    monkeypatch.setattr(pretraining, "pretrain", must_not_train)
+    path = write_scenario(tiny_scenario(dataset={"name": "digits", "pretrain_pool": 0.2}))
+    result = runner.invoke(app, ["pretrain", str(path), "--out", "/proc/hdcfl-weights.pt", "--epochs", "1"])
+    assert result.exit_code == 2, result.output
+    assert "--out /proc/hdcfl-weights.pt: cannot write" in result.output
+
+
+def test_sweep_report_to_a_place_it_cannot_write_exits_2_before_running(write_scenario, tmp_path):
+    path = write_scenario(tiny_scenario())
+    result = runner.invoke(app, ["sweep", str(path), "--out", str(tmp_path / "sw"), "--report", "/proc/hdcfl-sweep.md"])
+    assert result.exit_code == 2 and "--report" in result.output, result.output
+    assert not (tmp_path / "sw").exists()

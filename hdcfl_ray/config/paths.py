@@ -10,6 +10,7 @@ folder `<out>/<name>/<algorithm>/seed<seed>`: the cap leaves room for the rest."
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -72,3 +73,27 @@ def _lookup(model: Any, parts: list[str]) -> Any:
         if model is None:
             return None
     return model
+
+
+def check_writable(path: Path, option: str, kind: str = "file") -> None:
+    """Make sure an output (`kind` "file" or "folder") can be written before any work is
+    done for it: the folder that will hold it is created if missing and a probe file
+    is written and removed there (a permission bit says little to root, a read-only
+    mount or a file in the way says everything). A ScenarioError names `option`."""
+    import tempfile
+
+    path = Path(path)
+    problem = path_problem(str(path))
+    if problem is not None:
+        raise ScenarioError(f"{option} {clip(str(path), 80)}: {problem}")
+    if kind == "file" and path.is_dir():
+        raise ScenarioError(f"{option} {path}: this is a folder; give a file name")
+    if kind == "folder" and path.exists() and not path.is_dir():
+        raise ScenarioError(f"{option} {path}: this is a file, not a folder; give a folder")
+    folder = path if kind == "folder" else path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".hdcfl-write-probe-"):
+            pass
+    except OSError as exc:
+        raise ScenarioError(f"{option} {path}: cannot write in {folder} ({exc.strerror or exc}); choose a writable place") from None

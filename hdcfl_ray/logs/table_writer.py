@@ -114,6 +114,21 @@ def verify_parts(run_dir: Path, recorded: dict[str, dict[str, Any]] | None, last
     return problems
 
 
+def unreadable_parts(roots: Iterable[Path]) -> list[tuple[Path, str]]:
+    """Table parts under `roots` (run folders, sweep folders) whose Parquet footer cannot
+    be read: a truncated or damaged part, named before a reader trips over it."""
+    problems: list[tuple[Path, str]] = []
+    for root in roots:
+        for path in sorted(Path(root).rglob("part-*.parquet")):
+            if not path.parent.name.endswith(".parquet") or not path.is_file():
+                continue
+            try:
+                pq.read_metadata(path)
+            except (pa.ArrowException, OSError) as exc:
+                problems.append((path, f"{type(exc).__name__}: {exc}"))
+    return problems
+
+
 def _part_index(path: Path) -> int | None:
     stem = path.name.split(".")[0]
     return int(stem[5:]) if stem.startswith("part-") and stem[5:].isdigit() else None
