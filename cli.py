@@ -97,7 +97,7 @@ def _load_named_plugins(
 def list_plugins() -> None:
     """List the methods, partitions, data sources, transforms and encoders there are
     (built-in and from plugins, with each plugin's package and version) and each one's keys."""
-    from hdcfl_ray.plugins import describe
+    from hdcfl_ray.plugin_listing import describe
 
     try:
         print(describe())

@@ -123,6 +123,7 @@ def simulate(
     overrides: Mapping[str, Any] | None = None,
     out: PathLike | None = None,
     progress: bool = True,
+    plugins: Sequence[str] = (),
 ) -> Run:
     """Run one simulation, as `hdcfl-ray simulate`, and return its run directory.
 
@@ -133,10 +134,13 @@ def simulate(
       it must be new or empty.
     progress: the live view (round progress, accuracies) and the summary table, in a
       terminal or a notebook; False prints nothing.
+    plugins: modules to import as plugins first, as `hdcfl-ray --plugin MODULE`
+      (installed plugin packages load without it).
     Raises ScenarioError on bad input, before anything starts or is written.
     """
     from hdcfl_ray.runtime.driver import check_run_dir_free, default_run_dir, prepare_run, run_simulation
 
+    load_plugins(plugins)
     resolved = resolve_scenario(scenario, overrides)
     run_dir = Path(out) if out is not None else default_run_dir(resolved)
     check_run_dir_free(run_dir)
@@ -161,6 +165,14 @@ def simulate(
             observer.abort()
         raise
     return Run(run_dir, prepared.notices + tuple(getattr(observer, "notices", ())))
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import `modules` as plugins (their methods, partitions, data sources, transforms
+    and encoders join the built-in ones), as `hdcfl-ray --plugin MODULE` does."""
+    from hdcfl_ray.plugins import load_plugins as load
+
+    load(list(modules))
 
 
 def resolve_scenario(scenario: ScenarioInput, overrides: Mapping[str, Any] | None = None) -> "Scenario":

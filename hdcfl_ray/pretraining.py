@@ -47,7 +47,10 @@ class PretrainSummary:
 
 def _rotations(scenario: Scenario, count: int, transform: Transform) -> np.ndarray:
     """One rotation per image: none, or the partition's angles spread evenly over the images (seeded)."""
-    angles = scenario.partition.angles if scenario.partition.kind == "rotation" else None
+    partition = scenario.partition
+    angles = partition.angles if partition.kind == "rotation" else None
+    if partition.kind == "feature_shift" and partition.transform == "rotation":
+        angles = partition.levels
     if transform == "none" or not angles:
         return np.zeros(count)
     order = seeding.rng(scenario.seed, "pretrain", 0).permutation(count)

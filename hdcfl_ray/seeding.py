@@ -31,6 +31,7 @@ STREAM_TAGS: dict[str, int] = {
     "kmeans": 0x6EA5,  # HDC-FL's k-means at a refresh (keys: refresh)
     "pretrain_pool": 0x9001,  # which training images the pretraining pool holds (seed: dataset.pretrain_pool_seed)
     "validation_split": 0x7A11,  # which training images each client holds out for validation (keys: client)
+    "feature_shift": 0xFE5F,  # the noise of a client's feature shift (keys: client, split 0 train / 1 test)
     "pretrain": 0x97E7,  # `hdcfl-ray pretrain`'s batch order and rotations (keys: epoch)
 }
 

@@ -17,7 +17,7 @@ from pydantic import Field
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Section, Upload
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, Upload
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 
 
@@ -149,10 +149,21 @@ class HDCFL(FedAvgSE):
         )
 
 
+def _check(params: HDCFLParams, run: RunInfo) -> str | None:
+    activation = params.activation_round
+    if activation is not None and activation > run.rounds:
+        return (
+            f"activation_round: {activation} is after the last round "
+            f"(protocol.rounds = {run.rounds}); choose 1..{run.rounds}"
+        )
+    return None
+
+
 METHOD = MethodSpec(
     name="hdcfl",
     summary="HDC-FL: groups read off the private heads, each client scored with a soft mixture of encoder prototypes",
     params=HDCFLParams,
     build=lambda params, run: HDCFL(params, rounds=run.rounds, seed=run.seed),
     asynchronous=True,
+    check=_check,
 )

@@ -1,7 +1,9 @@
 """The methods there are: every module in this package that declares
-`METHOD = MethodSpec(...)`, found by name. The scenario schema's `algorithm`
-section, the names error messages offer and the asynchronous check are all
-built from these declarations, so a new method is its module and its test."""
+`METHOD = MethodSpec(...)`, found by name, and those of plugins (installed
+packages' `hdcfl_ray.methods` entry points, modules named with --plugin;
+hdcfl_ray.plugins). The scenario schema's `algorithm` section, the names error
+messages offer and the asynchronous check are all built from these declarations,
+so a new method is its module and its test."""
 
 from __future__ import annotations
 
@@ -12,9 +14,16 @@ from functools import cache
 from hdcfl_ray.contract import ASYNC_HOOKS, Method, MethodSpec, RunInfo, Section
 
 
-@cache
 def method_specs() -> dict[str, MethodSpec]:
-    """Every declared method by name, in name order."""
+    """Every method, built-in and plugin, by name, in name order."""
+    from hdcfl_ray.plugins import merged
+
+    return merged("methods", builtin_method_specs())
+
+
+@cache
+def builtin_method_specs() -> dict[str, MethodSpec]:
+    """Every method declared in this package by name, in name order."""
     import hdcfl_ray.algorithms as package
 
     specs: dict[str, MethodSpec] = {}

@@ -7,17 +7,88 @@ in `hdcfl_ray.data.partitions.checks`; this module checks what a file alone can.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, ClassVar, Literal
 
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from hdcfl_ray.algorithms.registry import method_specs
-from hdcfl_ray.contract import NoParams, OptimizerConfig, Section
+from hdcfl_ray.algorithms.registry import builtin_method_specs, method_specs
+from hdcfl_ray.contract import NoParams, OptimizerConfig, RunInfo, Section
 
 
-class DatasetConfig(Section):
-    name: Literal["digits", "cifar10", "cifar100", "parquet_images", "image_folder", "huggingface", "synthetic"] = Field(
-        "digits", description="the image source"
+def _names(kind: str) -> dict[str, Any]:
+    """Every spec of `kind` by name, built-in and plugin (read at validation time, so
+    a plugin loaded after this module still validates)."""
+    if kind == "methods":
+        return method_specs()
+    if kind == "partitions":
+        from hdcfl_ray.data.partitions.registry import partition_specs
+
+        return partition_specs()
+    if kind == "sources":
+        from hdcfl_ray.data.sources.registry import source_specs
+
+        return source_specs()
+    if kind == "transforms":
+        from hdcfl_ray.data.shifts import transform_specs
+
+        return transform_specs()
+    from hdcfl_ray.plugins import plugin_specs
+
+    return {**dict.fromkeys(BUILTIN_ENCODERS), **{name: spec for name, (spec, _) in plugin_specs("encoders").items()}}
+
+
+def _check_name(kind: str, what: str, value: str) -> str:
+    specs = _names(kind)
+    if value not in specs:
+        raise ValueError(f"{value!r} is not {what}; choose from {', '.join(repr(name) for name in specs)} (a plugin's is listed by hdcfl-ray plugins)")
+    return value
+
+
+class PluginSections(Section):
+    """A section that also holds the sections of plugins (`<section>.<plugin name>`):
+    each is validated with the parameters the plugin declares; any other unknown key
+    is refused, as everywhere."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+    _plugin_kind: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _plugin_sections(self) -> "PluginSections":
+        extras = self.__pydantic_extra__ or {}
+        if not extras:
+            return self
+        specs = _names(self._plugin_kind)
+        for key in list(extras):
+            spec = specs.get(key)
+            if spec is None or spec.params is NoParams or key in type(self).model_fields:
+                raise ValueError(f"{key}: unknown key (a plugin's section is named after the plugin)")
+            value = extras[key]
+            if not isinstance(value, spec.params):
+                try:
+                    extras[key] = spec.params.model_validate(value if value is not None else {})
+                except ValidationError as error:
+                    problems = "; ".join(
+                        f"{key}.{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors()
+                    )
+                    raise ValueError(problems) from None
+        return self
+
+
+def plugin_section(section: Section, spec: Any) -> Any:
+    """A plugin's parameters from its section of `section` (its defaults when the
+    scenario has none); a plugin without parameters gets `section` itself."""
+    if spec.params is NoParams:
+        return section
+    value = (section.__pydantic_extra__ or {}).get(spec.name)
+    return value if value is not None else spec.params()
+
+
+class DatasetConfig(PluginSections):
+    _plugin_kind: ClassVar[str] = "sources"
+    name: str = Field(
+        "digits",
+        description="the image source: digits, cifar10, cifar100, parquet_images, image_folder, huggingface, synthetic, "
+        "or a plugin's (its keys then go in dataset.<name>)",
     )
     path: str | None = Field(
         None,
@@ -73,10 +144,18 @@ class DatasetConfig(Section):
     train_samples: int = Field(2000, ge=10, description="synthetic only: training images")
     test_samples: int = Field(500, ge=10, description="synthetic only: test images")
 
+    @field_validator("name")
+    @classmethod
+    def _known_source(cls, value: str) -> str:
+        return _check_name("sources", "a data source", value)
 
-class PartitionConfig(Section):
-    kind: Literal["iid", "label_subset", "dirichlet", "rotation"] = Field(
-        "iid", description="how the training split is divided over the clients"
+
+class PartitionConfig(PluginSections):
+    _plugin_kind: ClassVar[str] = "partitions"
+    kind: str = Field(
+        "iid",
+        description="how the training split is divided over the clients: iid, label_subset, dirichlet, rotation, "
+        "feature_shift, or a plugin's (its keys then go in partition.<kind>)",
     )
     num_clients: int = Field(20, ge=1, description="clients in the federation")
     k: int | None = Field(None, ge=1, description="label_subset (required there): exactly k classes per client")
@@ -102,6 +181,15 @@ class PartitionConfig(Section):
     angles: tuple[float, ...] = Field(
         (0.0, 90.0, 180.0, 270.0), description="rotation: one group per angle in degrees; client i is in group i mod G"
     )
+    transform: str = Field(
+        "rotation",
+        description="feature_shift: the per-group transform: rotation (level in degrees), gaussian_noise, contrast, "
+        "gaussian_blur (level = CIFAR-10-C severity 0..5, 0 = unchanged), or a plugin's",
+    )
+    levels: tuple[float, ...] = Field(
+        (0.0, 1.0, 3.0, 5.0),
+        description="feature_shift: one group per level of the transform; client i is in group i mod G",
+    )
     test_per_client: int | None = Field(
         None, ge=1, description="test images per client, drawn with its class proportions; null = test size / clients"
     )
@@ -121,16 +209,48 @@ class PartitionConfig(Section):
             raise ValueError("partition.alpha is required when partition.kind is dirichlet (e.g. 0.3)")
         if self.kind == "rotation" and len(self.angles) == 0:
             raise ValueError("partition.angles must list at least one angle in degrees")
+        if self.kind == "feature_shift":
+            if len(self.levels) == 0:
+                raise ValueError("partition.levels must list at least one level of partition.transform")
+            from hdcfl_ray.data.shifts import transform_spec
+
+            spec = transform_spec(self.transform)
+            for level in self.levels:
+                problem = spec.check(level) if spec.check is not None else None
+                if problem is not None:
+                    raise ValueError(f"partition.levels: {spec.name}: {problem}")
         return self
+
+    @field_validator("kind")
+    @classmethod
+    def _known_partition(cls, value: str) -> str:
+        return _check_name("partitions", "a partition", value)
+
+    @field_validator("transform")
+    @classmethod
+    def _known_transform(cls, value: str) -> str:
+        return _check_name("transforms", "a transform", value)
+
+
+BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2")
 
 
 class ModelConfig(Section):
-    encoder: Literal["small_cnn", "resnet18_cifar", "mobilenet_v2"] = Field("small_cnn", description="encoder architecture")
+    encoder: str = Field(
+        "small_cnn", description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2, or a plugin's"
+    )
     pretrained: str | None = Field(
         None, description="local encoder weights (torch.save(state_dict)), loaded with weights_only=True; never downloaded"
     )
     width: int = Field(32, ge=4, description="small_cnn: channel width")
     feature_dim: int = Field(128, ge=8, description="small_cnn: size of the features the heads read")
+
+    @field_validator("encoder")
+    @classmethod
+    def _known_encoder(cls, value: str) -> str:
+        if value in BUILTIN_ENCODERS:
+            return value
+        return _check_name("encoders", "an encoder", value)
 
 
 def _algorithm_config() -> type[Section]:
@@ -138,14 +258,37 @@ def _algorithm_config() -> type[Section]:
     of its own, `algorithm.<name>`, declared by the method's module, so one scenario
     can carry every method's settings and `--set algorithm.name=...` switches
     between them without a key becoming invalid."""
-    specs = method_specs()
-    names = tuple(specs)
-    name_field = Field(description="the method (each is a module under hdcfl_ray/algorithms/)", examples=["hdcfl"])
-    fields: dict[str, Any] = {"name": (Literal[names], name_field)}  # type: ignore[valid-type]
+    specs = builtin_method_specs()
+    name_field = Field(
+        description="the method: " + ", ".join(specs) + ", or a plugin's (its keys then go in algorithm.<name>)",
+        examples=["hdcfl"],
+    )
+    fields: dict[str, Any] = {"name": (str, name_field)}
     for name, spec in specs.items():
         if spec.params is not NoParams:
             fields[name] = (spec.params, Field(default_factory=spec.params, description=spec.summary))
-    return create_model("AlgorithmConfig", __base__=Section, __doc__=_algorithm_config.__doc__, __module__=__name__, **fields)
+    validators: dict[str, Callable[..., Any]] = {
+        "_known_method": field_validator("name")(lambda cls, value: _check_name("methods", "a method", value))
+    }
+    model = create_model(
+        "AlgorithmConfig",
+        __base__=PluginSections,
+        __doc__=_algorithm_config.__doc__,
+        __module__=__name__,
+        __validators__=validators,
+        **fields,
+    )
+    model._plugin_kind = "methods"
+    return model
+
+
+def method_params(algorithm: Section) -> Any:
+    """The parameters of the method `algorithm.name` (its `algorithm.<name>` section)."""
+    spec = method_specs()[algorithm.name]  # type: ignore[attr-defined]
+    if spec.params is NoParams:
+        return spec.params()
+    value = getattr(algorithm, spec.name, None)
+    return value if value is not None else spec.params()
 
 
 AlgorithmConfig = _algorithm_config()
@@ -396,13 +539,11 @@ class Scenario(Section):
                 "(runtime.num_gpus_per_actor: 0); CPUs emulate float16 about 100x slower than float32. "
                 "Use bf16 or auto on CPU, or give each host a GPU share"
             )
-        if self.algorithm.name == "hdcfl":
-            activation = self.algorithm.hdcfl.activation_round
-            if activation is not None and activation > self.protocol.rounds:
-                raise ValueError(
-                    f"algorithm.hdcfl.activation_round: {activation} is after the last round "
-                    f"(protocol.rounds = {self.protocol.rounds}); choose 1..{self.protocol.rounds}"
-                )
+        spec = method_specs()[self.algorithm.name]
+        if spec.check is not None:
+            problem = spec.check(method_params(self.algorithm), RunInfo(seed=self.seed, rounds=self.protocol.rounds))
+            if problem is not None:
+                raise ValueError(f"algorithm.{spec.name}.{problem}")
         return self
 
     def clients_per_round(self) -> int:

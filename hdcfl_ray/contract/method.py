@@ -107,6 +107,8 @@ class MethodSpec(Generic[ParamsT]):
     build: Callable[[ParamsT, RunInfo], Method]
     params: type[ParamsT] = NoParams  # type: ignore[assignment]
     asynchronous: bool = False  # runs in protocol.mode: async (the method implements AsyncHooks)
+    # what is wrong with the parameters for this run ("key: why"), or None; checked when the scenario loads
+    check: Callable[[ParamsT, RunInfo], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":

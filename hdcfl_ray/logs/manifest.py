@@ -85,6 +85,18 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+def plugin_records() -> list[dict[str, Any]]:
+    """Every plugin this process has loaded (methods, partitions, sources, transforms,
+    encoders), each with its name, package and version."""
+    from hdcfl_ray.plugins import KINDS, plugin_specs
+
+    return [
+        {"kind": kind[:-1], "name": name, **origin.as_dict()}
+        for kind in KINDS
+        for name, (_, origin) in plugin_specs(kind).items()
+    ]
+
+
 def write_manifest(run_dir: Path, seed: int, scenario_name: str, extra: dict[str, Any]) -> dict[str, Any]:
     manifest = {
         "scenario": scenario_name,
@@ -92,6 +104,7 @@ def write_manifest(run_dir: Path, seed: int, scenario_name: str, extra: dict[str
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": sys.argv,
         "packages": package_versions(),
+        "plugins": plugin_records(),
         "hardware": hardware(),
         "git_revision": git_revision(Path(__file__).resolve().parent),
         "git_dirty": git_dirty(Path(__file__).resolve().parent),

@@ -23,4 +23,12 @@ def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
         from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
 
         return MobileNetV2Cifar(in_channels)
-    raise ValueError(f"unknown encoder {config.encoder!r}")
+    from hdcfl_ray.plugins import plugin_specs
+
+    entry = plugin_specs("encoders").get(config.encoder)
+    if entry is None:
+        raise ValueError(f"unknown encoder {config.encoder!r}")
+    encoder = entry[0].build(in_channels, config.feature_dim, config.width)
+    if not isinstance(getattr(encoder, "feature_dim", None), int):
+        raise TypeError(f"encoder {config.encoder!r}: the module it builds must have an integer feature_dim attribute")
+    return encoder

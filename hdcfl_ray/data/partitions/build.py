@@ -9,12 +9,9 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.data.partitions.client_data import ClientData, Partition
-from hdcfl_ray.data.partitions.dirichlet import dirichlet_partition
-from hdcfl_ray.data.partitions.iid import iid_partition
-from hdcfl_ray.data.partitions.label_subset import label_subset_partition
-from hdcfl_ray.data.partitions.rotation import rotation_partition
 from hdcfl_ray.data.partitions.test_split import allocate_test_counts, draw_client_test_indices, indices_by_class
-from hdcfl_ray.data.partitions.train_split import TrainSplit
+from hdcfl_ray.data.partitions.train_split import TrainSplit, sorted_int64
+from hdcfl_ray.data.shifts import NO_SHIFT
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -51,7 +48,7 @@ def build_partition(
             test_indices=draw_client_test_indices(
                 train_labels[indices], test_by_class, num_test, np.random.default_rng(client_test_seeds[client])
             ),
-            rotation_degrees=0.0 if split.rotation_degrees is None else split.rotation_degrees[client],
+            shift=NO_SHIFT if split.shifts is None else split.shifts[client],
             true_group=None if split.true_groups is None else split.true_groups[client],
         )
         for client, indices in enumerate(split.client_indices)
@@ -92,16 +89,25 @@ def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction:
 
 
 def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Generator) -> TrainSplit:
-    if config.kind == "iid":
-        return iid_partition(labels, config.num_clients, rng)
-    if config.kind == "label_subset":
-        assert config.k is not None  # the schema requires k for label_subset
-        return label_subset_partition(labels, config.num_clients, rng, config.k, config.label_assignment)
-    if config.kind == "dirichlet":
-        assert config.alpha is not None  # the schema requires alpha for dirichlet
-        return dirichlet_partition(
-            labels, config.num_clients, rng, config.alpha, config.min_samples, balance=config.dirichlet_balance
-        )
-    if config.kind == "rotation":
-        return rotation_partition(labels, config.num_clients, rng, config.angles)
-    raise ScenarioError(f"partition.kind: unknown partition {config.kind!r}")
+    from hdcfl_ray.data.partitions.registry import builtin_partitions, partition_spec
+
+    try:
+        spec = partition_spec(config.kind)
+    except ValueError as error:
+        raise ScenarioError(str(error)) from None
+    if spec.name in builtin_partitions():
+        return spec.split(config, labels, config.num_clients, rng)
+    from hdcfl_ray.config.schema import plugin_section
+
+    split = spec.split(plugin_section(config, spec), labels, config.num_clients, rng)
+    indices = tuple(sorted_int64(part) for part in split.client_indices)
+    if len(indices) != config.num_clients:
+        raise ValueError(f"partition {spec.name!r} returned {len(indices)} clients, not {config.num_clients}")
+    if any(part.size and not 0 <= part.min() <= part.max() < labels.shape[0] for part in indices):
+        raise ValueError(f"partition {spec.name!r} returned an index outside the {labels.shape[0]} training images")
+    groups = split.true_groups
+    return TrainSplit(
+        client_indices=indices,
+        true_groups=None if groups is None else tuple(int(group) for group in groups),
+        shifts=getattr(split, "shifts", None),
+    )

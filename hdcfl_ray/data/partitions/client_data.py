@@ -6,17 +6,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdcfl_ray.data.shifts import Shift
+
 
 @dataclass(frozen=True)
 class ClientData:
     client_id: int
     train_indices: np.ndarray  # int64 indices into the train split
     test_indices: np.ndarray  # int64 indices into the test split
-    rotation_degrees: float  # applied to this client's train and test images alike
-    true_group: int | None  # planted group (rotation angle index, class-set id) when one exists
+    shift: Shift  # the feature shift applied to this client's train and test images alike
+    true_group: int | None  # planted group (shift level index, class-set id) when one exists
     # the scored images are a held-out share of the client's own training images
     # (`partition.validation_fraction`): test_indices then index the train split
     test_from_train: bool = False
+
+    @property
+    def rotation_degrees(self) -> float:
+        """The client's rotation in degrees (0 when its shift is not a rotation)."""
+        return float(self.shift.level) if self.shift.transform == "rotation" else 0.0
 
     @property
     def num_train(self) -> int:

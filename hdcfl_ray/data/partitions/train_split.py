@@ -6,18 +6,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdcfl_ray.data.shifts import Shift
+
 
 @dataclass(frozen=True)
 class TrainSplit:
     """One sorted int64 index array per client into the training split.
 
     `true_groups` is the planted group per client when the partition has one;
-    `rotation_degrees` is each client's rotation when the partition rotates data.
+    `shifts` is each client's feature shift when the partition shifts features.
     """
 
     client_indices: tuple[np.ndarray, ...]
     true_groups: tuple[int, ...] | None = None
-    rotation_degrees: tuple[float, ...] | None = None
+    shifts: tuple[Shift, ...] | None = None
+
+    @property
+    def rotation_degrees(self) -> tuple[float, ...] | None:
+        """Each client's rotation in degrees when the partition rotates data."""
+        if self.shifts is None or any(shift.transform != "rotation" for shift in self.shifts):
+            return None
+        return tuple(float(shift.level) for shift in self.shifts)
 
     @property
     def num_clients(self) -> int:

@@ -90,7 +90,12 @@ def _load(config: DatasetConfig, seed: int, part: str) -> ImageDataset:
 def dataset_num_classes_hint(config: DatasetConfig) -> int | None:
     """The number of classes when it is known without reading any data, else None."""
     known = {"digits": 10, "cifar10": 10, "cifar100": 100, "synthetic": config.num_classes}
-    return known.get(config.name)
+    if config.name in known:
+        return known[config.name]
+    from hdcfl_ray.data.sources.registry import source_specs
+
+    spec = source_specs().get(config.name)
+    return None if spec is None else spec.num_classes
 
 
 _PATH_EXPECTED = {
@@ -118,10 +123,32 @@ def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
         return make_synthetic(
             config.num_classes, config.image_size, config.channels, config.train_samples, config.test_samples, seed
         )
-    _require_path(config)
     if config.name == "image_folder":
+        _require_path(config)
         return load_image_folder(config.path, config.test_fraction, seed)
-    raise ScenarioError(f"dataset.name: unknown source {config.name!r}")
+    return _load_plugin(config, seed)
+
+
+def _load_plugin(config: DatasetConfig, seed: int) -> ImageDataset:
+    """A plugin source's images (SourceSpec.load with its dataset.<name> section)."""
+    from hdcfl_ray.config.schema import plugin_section
+    from hdcfl_ray.data.sources.registry import source_specs
+
+    spec = source_specs().get(config.name)
+    if spec is None:
+        raise ScenarioError(f"dataset.name: unknown source {config.name!r}")
+    images = spec.load(plugin_section(config, spec), seed)
+    classes = images.class_names or tuple(str(label) for label in range(images.num_classes))
+    if len(classes) != images.num_classes:
+        raise ScenarioError(f"dataset.name {config.name}: {len(classes)} class names for {images.num_classes} classes")
+    return ImageDataset(
+        name=config.name,
+        train_images=np.ascontiguousarray(images.train_images, dtype=np.uint8),
+        train_labels=np.asarray(images.train_labels, dtype=np.int64),
+        test_images=np.ascontiguousarray(images.test_images, dtype=np.uint8),
+        test_labels=np.asarray(images.test_labels, dtype=np.int64),
+        classes=tuple(classes),
+    )
 
 
 def _seeded_subset(size: int, keep: int | None, seed: np.random.SeedSequence) -> np.ndarray | None:

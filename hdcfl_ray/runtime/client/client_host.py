@@ -194,7 +194,7 @@ class ClientHost:
                 indices, images, labels = client.test_indices, self.train_images, self.train_labels
             else:
                 indices, images, labels = client.test_indices, self.test_images, self.test_labels
-            inputs = to_float_batch(images[indices], client.rotation_degrees).to(self.device)
+            inputs = to_float_batch(images[indices], client.shift, self._shift_seed(client, split)).to(self.device)
             if inputs.dim() == 4:
                 inputs = inputs.contiguous(memory_format=self.memory_format)
             targets = torch.as_tensor(labels[indices], dtype=torch.long, device=self.device)
@@ -202,8 +202,14 @@ class ClientHost:
 
         return self.tensors.get((client.client_id, split), build)
 
+    def _shift_seed(self, client: ClientData, split: str) -> int:
+        """The seed of the noise a client's feature shift draws (the same every round)."""
+        from hdcfl_ray import seeding
+
+        return seeding.int_seed(self.scenario.seed, "feature_shift", client.client_id, 0 if split == "train" else 1)
+
     def context(self, client_id: int, round_index: int) -> HostClientContext:
-        from hdcfl_ray.data.transforms import rotate_uint8
+        from hdcfl_ray.data.transforms import shift_uint8
         from hdcfl_ray.runtime.client.client_context import HostClientContext
         from hdcfl_ray.runtime.client.local_training import client_generator
 
@@ -220,7 +226,7 @@ class ClientHost:
             _train_data=lambda: self._split_tensors(client, "train"),
             _test_data=lambda: self._split_tensors(client, "test"),
             _raw_train=lambda: (
-                rotate_uint8(self.train_images[client.train_indices], client.rotation_degrees),
+                shift_uint8(self.train_images[client.train_indices], client.shift, self._shift_seed(client, "train")),
                 np.asarray(self.train_labels[client.train_indices]),
             ),
         )
