@@ -28,8 +28,9 @@ knob() {  # knob SETTING NAME METHOD KEY VALUES [--set KEY=VALUE]...
     : "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. ../shared/data/cifar10-jpeg}"
     scenario="scenarios/cpu/cpu-c10-$setting.yaml" seeds=42 report="docs/calibration/cpu-c10-$setting-$name.md"
   fi
+  # a failed run (exit 1) leaves the others and the table; go on with the next knob, rerun to retry it
   hdcfl-ray calibrate "$scenario" --algorithm "$method" --key "$key" --values "$values" \
-    --seeds "$seeds" "$@" --out "$out/$setting-$name" --report "$report"
+    --seeds "$seeds" "$@" --out "$out/$setting-$name" --report "$report" || echo "calibrate.sh: $setting $name: exit $?" >&2
 }
 
 pacfl_thresholds() {  # the quickstart's 8x8 digits need wider angles than CIFAR-10
