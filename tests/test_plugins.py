@@ -28,7 +28,7 @@ SOURCE = textwrap.dedent(
 
     from hdcfl_ray.algorithms.fedavg import FedAvg
     from hdcfl_ray.contract import MethodSpec, Section
-    from hdcfl_ray.contract.data import Images, PartitionSpec, SourceSpec, Split, TransformSpec
+    from hdcfl_ray.contract.data import EncoderSpec, Images, PartitionSpec, SourceSpec, Split, TransformSpec
 
 
     class AvgParams(Section):
@@ -79,6 +79,19 @@ SOURCE = textwrap.dedent(
 
 
     TRANSFORM = TransformSpec("invert", "invert the pixels when the level is 1", invert)
+
+
+    def pooled_conv(in_channels, feature_dim, width):
+        import torch.nn as nn
+
+        module = nn.Sequential(
+            nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, feature_dim)
+        )
+        module.feature_dim = feature_dim
+        return module
+
+
+    ENCODER = EncoderSpec("pooled_conv", "one convolution, pooling, a linear layer", pooled_conv)
     '''
 )
 
@@ -102,6 +115,7 @@ def plugin_scenario(**sections) -> dict:
         "algorithm": {"name": "plugin_avg", "plugin_avg": {"note": 2}},
         "protocol": {"rounds": 2},
         "runtime": {"backend": "local", "num_cpus": 1},
+        "model": {"encoder": "pooled_conv", "width": 8, "feature_dim": 16},
     }
     for key, value in sections.items():
         base[key] = {**base[key], **value}
@@ -152,7 +166,9 @@ def test_a_plugin_run_records_its_package_in_the_manifest(plugin_module: str, tm
     run = simulate(plugin_scenario(), out=tmp_path / "run", progress=False)
     assert run.status == "completed"
     recorded = {(row["kind"], row["name"]): row for row in run.manifest["plugins"]}
-    assert {("method", "plugin_avg"), ("partition", "halves"), ("source", "blocks"), ("transform", "invert")} <= set(recorded)
+    assert {
+        ("method", "plugin_avg"), ("partition", "halves"), ("source", "blocks"), ("transform", "invert"), ("encoder", "pooled_conv")
+    } <= set(recorded)
     assert recorded[("method", "plugin_avg")]["module"] == MODULE
     assert len(run.clients.to_pylist()) > 0
 
@@ -166,7 +182,7 @@ def test_the_cli_loads_a_named_module_and_lists_it(tmp_path: Path, monkeypatch: 
     try:
         result = CliRunner().invoke(app, ["--plugin", MODULE, "plugins"])
         assert result.exit_code == 0, result.output
-        for name in ("plugin_avg", "halves", "blocks", "invert"):
+        for name in ("plugin_avg", "halves", "blocks", "invert", "pooled_conv"):
             assert f"{name}  [plugin {MODULE}" in result.output
         assert "partition.halves.first_share = 0.5" in result.output
         scenario = tmp_path / "s.yaml"
