@@ -366,6 +366,9 @@ def calibrate(
     oracle: bool = typer.Option(
         False, "--oracle", help="Score on the test set instead (labelled oracle; the table then chooses no value)."
     ),
+    replace_changed: bool = typer.Option(
+        False, "--replace-changed", help="Start afresh the runs on disk made with other settings (their folders are moved to OUT.replaced-<time>/)."
+    ),
 ) -> None:
     """Run one knob over a list of values on one setting and choose the value with the
     best mean accuracy on images held out of each client's training data (never the
@@ -400,7 +403,9 @@ def calibrate(
         console.print(f"[{finished['count']}/{len(runs)}] {run_key}: {status}", highlight=False)
 
     try:
-        outcome = run_sweep(runs, out, runs[0].scenario.runtime, parallel, progress)
+        outcome = run_sweep(runs, out, runs[0].scenario.runtime, parallel, progress, replace_changed=replace_changed)
+    except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
+        _fail_bad_input(error)
     except ClusterLostError as error:
         console.print(f"error: {error}", highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED) from None

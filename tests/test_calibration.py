@@ -125,3 +125,18 @@ def test_the_rule_picks_the_best_mean_validation_accuracy_and_breaks_ties_toward
     assert choose_value(runs, "algorithm.fedprox.mu").value == "0.1"  # 0.6 = 0.6: the smaller value
     runs[0].accuracy = 0.51
     assert choose_value(runs, "algorithm.fedprox.mu").value == "1.0"
+
+
+def test_calibrate_over_runs_made_with_other_settings_exits_2_and_names_the_key(write_scenario, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    path = write_scenario(tiny_scenario(algorithm={"name": "fedprox"}, protocol={"rounds": 1}))
+    command = ["calibrate", str(path), "--key", "algorithm.fedprox.mu", "--values", "0.01", "--seeds", "3", "--out", str(tmp_path / "calib")]
+    assert CliRunner().invoke(app, command).exit_code == 0
+    changed = CliRunner().invoke(app, [*command, "--set", "protocol.optimizer.lr=0.2"])
+    assert changed.exit_code == 2, changed.output
+    assert "protocol.optimizer.lr" in changed.output and "Traceback" not in changed.output
+    replaced = CliRunner().invoke(app, [*command, "--set", "protocol.optimizer.lr=0.2", "--replace-changed"])
+    assert replaced.exit_code == 0, replaced.output
