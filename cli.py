@@ -284,7 +284,6 @@ def sweep(
     (a run on disk made with other settings stops the sweep, exit 2, unless --replace-changed)."""
     from hdcfl_ray.config.loading import read_scenario_file
     from hdcfl_ray.sweep.grid import SweepPlan, check_seeds, expand, parse_list, read_sweep_file
-    from hdcfl_ray.sweep.runner import run_sweep
 
     try:
         for path in files:
@@ -323,7 +322,7 @@ def sweep(
     from hdcfl_ray.sweep.runner import ClusterLostError
 
     try:
-        outcome = run_sweep(runs, plan.out, runs[0].scenario.runtime, parallel, progress, replace_changed=replace_changed)
+        outcome = _run_sweep_stoppably(runs, plan.out, parallel, progress, replace_changed)
     except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
         _fail_bad_input(error)
     except ClusterLostError as error:
@@ -347,6 +346,31 @@ def sweep(
         print(plan.out)
     if outcome.failed:
         raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def _run_sweep_stoppably(runs: list[Any], out: Path, parallel: Optional[int], progress: Any, replace_changed: bool) -> Any:
+    """run_sweep under stop_signals: SIGINT (Ctrl-C) or SIGTERM, once or twice, marks the
+    runs in flight interrupted, stops the sweep's Ray with every process of it, prints
+    one line with the command that continues the sweep (the same one), and exits
+    128 + the signal's number (130, 143)."""
+    import shlex
+    import signal
+
+    from hdcfl_ray.runtime.interrupts import received, stop_signals
+    from hdcfl_ray.sweep.runner import run_sweep
+
+    with stop_signals():
+        try:
+            return run_sweep(runs, out, runs[0].scenario.runtime, parallel, progress, replace_changed=replace_changed)
+        except KeyboardInterrupt as interrupt:
+            signum = received() or getattr(interrupt, "signum", signal.SIGINT)
+            command = shlex.join(["hdcfl-ray", *sys.argv[1:]])
+            error_console.print(
+                f"interrupted ({signal.Signals(signum).name}); finished runs are kept in {out}; continue with the same command: {command}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(128 + signum) from None
 
 
 @app.command()
@@ -376,7 +400,7 @@ def calibrate(
     groups (oracle evidence, not used to choose) and the budget."""
     from hdcfl_ray.sweep.calibration import calibration_runs
     from hdcfl_ray.sweep.grid import check_seeds, parse_list
-    from hdcfl_ray.sweep.runner import ClusterLostError, run_sweep
+    from hdcfl_ray.sweep.runner import ClusterLostError
 
     try:
         if not scenario_file.is_file():
@@ -403,7 +427,7 @@ def calibrate(
         console.print(f"[{finished['count']}/{len(runs)}] {run_key}: {status}", highlight=False)
 
     try:
-        outcome = run_sweep(runs, out, runs[0].scenario.runtime, parallel, progress, replace_changed=replace_changed)
+        outcome = _run_sweep_stoppably(runs, out, parallel, progress, replace_changed)
     except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
         _fail_bad_input(error)
     except ClusterLostError as error:

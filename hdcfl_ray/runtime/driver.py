@@ -372,7 +372,14 @@ def _run_with(
         update_manifest(run_dir, status="interrupted", interrupted_by=by, interrupted_at=datetime.now().isoformat(timespec="seconds"))
         raise
     except BaseException as exc:
-        update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+        if received() is not None:  # a sweep's run whose Ray was stopped under it by the signal
+            import signal
+
+            update_manifest(
+                run_dir, status="interrupted", interrupted_by=signal.Signals(received()).name, interrupted_at=datetime.now().isoformat(timespec="seconds")
+            )
+        else:
+            update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
         raise
 
 

@@ -5,8 +5,10 @@ and neither done for a run on disk made with other settings."""
 from __future__ import annotations
 
 import math
+import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from datetime import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -14,8 +16,10 @@ from typing import Callable
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources import load_dataset
+from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest
 from hdcfl_ray.runtime.backends.ray_session import RaySession
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+from hdcfl_ray.runtime.interrupts import received
 from hdcfl_ray.sweep.changes import SettingsChangedError, changed_runs, move_aside, settings_changed_message
 from hdcfl_ray.sweep.grid import SweepRun
 from hdcfl_ray.sweep.index import is_unstarted, run_status, write_index
@@ -90,7 +94,7 @@ def run_sweep(
         cluster_lost = threading.Event()
 
         def execute(run: SweepRun) -> str:
-            if cluster_lost.is_set():  # leave the run as it was: a rerun picks it up
+            if cluster_lost.is_set() or received() is not None:  # leave the run as it was: a rerun picks it up
                 return run.key
             scenario = run.scenario
             if workers > 1:  # share the slots between the concurrent runs
@@ -107,6 +111,8 @@ def run_sweep(
             try:
                 run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, QuietObserver(), resume=resume)
             except Exception as error:  # one failed run must not stop the sweep
+                if received() is not None:  # its Ray stopped by a stop signal: the run is marked interrupted
+                    return run.key
                 if _cluster_gone(session):
                     # The cluster itself is gone (a `ray stop`, a dead head node): every
                     # remaining run would fail the same way, so stop and keep them resumable.
@@ -132,15 +138,61 @@ def run_sweep(
                 on_progress(run.key, "completed")
             return run.key
 
-        with ThreadPoolExecutor(max_workers=workers) as executor:
-            for future in [executor.submit(execute, run) for run in todo]:
+        executor = ThreadPoolExecutor(max_workers=workers)
+        futures = [executor.submit(execute, run) for run in todo]
+        try:
+            for future in futures:
                 future.result()
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (interrupts.stop_signals): stop resumably
+            executor.shutdown(wait=False, cancel_futures=True)
+            _stop_runs_in_flight(futures, session, todo, statuses, lock, out, runs)
+            raise
+        executor.shutdown(wait=True)
     if cluster_lost.is_set():
         raise ClusterLostError(
             f"the Ray cluster of this sweep stopped after {len(outcome.completed)} completed run(s); "
             f"nothing finished is lost: rerun the same command to continue (index: {out / 'index.json'})"
         )
     return outcome
+
+
+# How long a stop signal lets the runs in flight reach their next safe point (a Ray
+# run's thread notices the signal within half a second, a local run at its next
+# round) before the sweep's Ray is stopped under them; as long again after that.
+STOP_GRACE_S = 3.0
+
+
+def _stop_runs_in_flight(
+    futures: list[Future],
+    session: RaySession,
+    todo: list[SweepRun],
+    statuses: dict[str, str],
+    lock: threading.Lock,
+    out: Path,
+    runs: list[SweepRun],
+) -> None:
+    """After a stop signal: let each run in flight unwind (its manifest is marked
+    interrupted), stop the sweep's Ray with every process of it, mark interrupted the
+    runs whose thread has not unwound by then (a local run in the middle of a long
+    round: the process exits under it, and a rerun resumes it from its checkpoint),
+    and write the index as the runs stand."""
+    wait(futures, timeout=STOP_GRACE_S)
+    session.close_for_good()
+    wait(futures, timeout=STOP_GRACE_S)
+    signum = received()
+    by = signal.Signals(signum).name if signum is not None else "KeyboardInterrupt"
+    with lock:
+        for run in todo:
+            if statuses[run.key] != "running":
+                continue
+            try:
+                manifest = read_manifest(run.run_dir) if (run.run_dir / MANIFEST).is_file() else None
+                if manifest is not None and manifest.get("status") == "running":
+                    update_manifest(run.run_dir, status="interrupted", interrupted_by=by, interrupted_at=datetime.now().isoformat(timespec="seconds"))
+                statuses[run.key] = run_status(run)
+            except Exception:  # a manifest caught mid-write: the rerun reads the run folder itself
+                statuses[run.key] = "partial"
+        write_index(out, runs, statuses)
 
 
 def _cluster_gone(session: RaySession) -> bool:

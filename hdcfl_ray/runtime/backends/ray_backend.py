@@ -8,6 +8,7 @@ actor, and forwards the driver's calls to the server. Imported only for a Ray ru
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -22,6 +23,7 @@ from hdcfl_ray.runtime.backends.host_spec import HostSpec
 from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
 from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
+from hdcfl_ray.runtime.interrupts import raise_if_received, received
 from hdcfl_ray.runtime.server.messages import StoreRef
 from hdcfl_ray.runtime.server.settings import ServerSettings, build_server_settings
 
@@ -52,7 +54,14 @@ class RayBackend:
         self.put = ray.put
 
     def call(self, method: str, *args: Any) -> Any:
-        return ray.get(getattr(self.server, method).remote(*args))
+        result = getattr(self.server, method).remote(*args)
+        if threading.current_thread() is threading.main_thread():
+            return ray.get(result)  # a stop signal raises here (interrupts.stop_signals)
+        # A sweep's run in a worker thread, which signals never reach: it notices a
+        # stop signal between waits and unwinds as the main thread would.
+        while not ray.wait([result], timeout=0.5)[0]:
+            raise_if_received()
+        return ray.get(result)
 
     def host_names(self) -> list[str]:
         return ray.get([host.actor_name.remote() for host in self.hosts])
@@ -68,8 +77,9 @@ class RayBackend:
 
     def close(self) -> None:
         try:
-            replacements = ray.get(self.server.host_handles.remote())
-        except Exception:  # the server is gone: kill what we know of
+            # a run stopped by a signal does not wait for the server's round to end
+            replacements = ray.get(self.server.host_handles.remote(), timeout=2.0 if received() is not None else None)
+        except Exception:  # the server is gone (or busy, when stopped): kill what we know of
             replacements = []
         for actor in [self.server, *replacements, *self.hosts]:
             ray.kill(actor)

@@ -248,10 +248,27 @@ class RaySession:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.marker is not None:
-            stop_private_ray(self.marker)
-        elif self.started_here:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the instance this session started (a private one with every process
+        it left); a second call does nothing."""
+        marker, started_here = self.marker, self.started_here
+        self.marker, self.started_here = None, False
+        if marker is not None:
+            stop_private_ray(marker)
+        elif started_here:
             ray.shutdown()
+
+    def close_for_good(self) -> None:
+        """As close(), and no thread may start a new Ray instance afterwards (Ray starts
+        one on the first task or actor created without a connection): a sweep's run
+        still starting in a thread when a stop signal closes the session fails
+        instead of leaving an instance nobody stops."""
+        import ray._private.auto_init_hook as auto_init_hook
+
+        auto_init_hook.enable_auto_connect = False
+        self.close()
 
     @property
     def cpus(self) -> float:
