@@ -5,7 +5,7 @@ file never imports anything."""
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -103,7 +103,7 @@ def plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
     plugins.load_plugins([MODULE])
     yield MODULE
-    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+    os.environ.pop(plugins.ENV_VAR, None)
     plugins.clear_caches()
     sys.modules.pop(MODULE, None)
 
@@ -192,7 +192,7 @@ def test_the_cli_loads_a_named_module_and_lists_it(tmp_path: Path, monkeypatch: 
         missing = CliRunner().invoke(app, ["--plugin", "no_such_plugin_module", "plugins"])
         assert missing.exit_code == 2 and "no_such_plugin_module" in missing.output
     finally:
-        monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+        os.environ.pop(plugins.ENV_VAR, None)
         plugins.clear_caches()
         sys.modules.pop(MODULE, None)
 
@@ -211,6 +211,6 @@ def test_a_plugin_may_not_take_a_built_in_name(tmp_path: Path, monkeypatch: pyte
         with pytest.raises(ValueError, match="name of a built-in"):
             method_specs()
     finally:
-        monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+        os.environ.pop(plugins.ENV_VAR, None)
         plugins.clear_caches()
         sys.modules.pop("hdcfl_clash_plugin", None)

@@ -63,6 +63,18 @@ class FedAvgSE(AlgorithmDefaults):
         if resolve_storage(self.cache_storage, num_clients, encoder_length) == "disk":
             self._disk_store = DiskEncoderStore(num_clients, encoder_length, self.cache_precision, self.cache_dir)
 
+    def export_cache(self, state: SharedEncoderState) -> dict[str, np.ndarray]:
+        """The server cache (each client's last head and encoder) as plain arrays: what
+        output.save_refresh_cache writes at each refresh, for ablate and donor-swap replays."""
+        client_ids = sorted(state.cache)
+        return {
+            "client_ids": np.asarray(client_ids, dtype=np.int64),
+            "heads": np.stack([state.cache[k].head for k in client_ids]),
+            "encoders": np.stack([state.cache[k].encoder for k in client_ids]),
+            "num_samples": np.asarray([state.cache[k].num_samples for k in client_ids], dtype=np.int64),
+            "global_encoder": np.asarray(state.global_encoder),
+        }
+
     def broadcast(self, state: SharedEncoderState, round_index: int) -> dict[str, Any]:
         return {"global": state.global_encoder}
 

@@ -317,4 +317,5 @@ METHOD = MethodSpec(
     summary="FedCE: a soft EM mixture of S component models per client, ensembled at test time",
     params=FedCEParams,
     build=lambda params, run: FedCE(params, run),
+    extra_models="clusters",
 )

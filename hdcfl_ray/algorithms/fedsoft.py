@@ -269,4 +269,5 @@ METHOD = MethodSpec(
     summary="FedSoft: S soft cluster centres and a proximal pull of each personal model towards them",
     params=FedSoftParams,
     build=lambda params, run: FedSoft(params, run),
+    extra_models="centers",
 )

@@ -156,4 +156,5 @@ METHOD = MethodSpec(
     summary="IFCA: S cluster models, each client trains the one with the lowest loss",
     params=IFCAParams,
     build=lambda params, run: IFCA(params, run),
+    extra_models="clusters",
 )

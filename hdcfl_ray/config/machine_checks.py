@@ -274,16 +274,18 @@ def check_synthetic_memory(dataset: DatasetConfig) -> None:
         )
 
 
-# The keys that set how many full models a method keeps besides the shared one (cluster
-# models, centres); checked before the method is built, which already sizes lists by them.
-EXTRA_MODEL_KEYS = {"fedce": ("fedce", "clusters"), "ifca": ("ifca", "clusters"), "fedsoft": ("fedsoft", "centers")}
 
 
 def check_model_memory(model: ModelConfig, in_channels: int, algorithm: AlgorithmConfig) -> None:
     """Count the encoder's parameters without allocating them (torch's meta device) and
     refuse an encoder this machine cannot train, with the method's own further models."""
-    section, field = EXTRA_MODEL_KEYS.get(algorithm.name, (None, None))
-    extra_models = int(getattr(getattr(algorithm, section), field)) if section and field else 0
+    # the key that sets how many full models the method keeps besides the shared one
+    # (cluster models, centres), declared by the method (MethodSpec.extra_models)
+    from hdcfl_ray.algorithms.registry import method_spec
+    from hdcfl_ray.config.schema import method_params
+
+    section, field = algorithm.name, method_spec(algorithm.name).extra_models
+    extra_models = int(getattr(method_params(algorithm), field)) if field else 0
     extra_models_key = f"algorithm.{section}.{field}"
     memory = machine_memory_bytes()
     if memory is None:

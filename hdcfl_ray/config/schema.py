@@ -396,7 +396,9 @@ class ProtocolConfig(Section):
         SystemConfig(), description="virtual clock: an update lasts samples / speed + delay virtual seconds"
     )
     stragglers: StragglerConfig = Field(StragglerConfig(), description="what a synchronous round does with slow clients")
-    asynchronous: AsyncConfig = Field(AsyncConfig(), description="used when mode: async (fedavg_se, hdcfl, fedavg)")
+    asynchronous: AsyncConfig = Field(
+        AsyncConfig(), description="used when mode: async (the methods that declare asynchronous=True, e.g. fedavg, fedavg_se, hdcfl)"
+    )
 
     @field_validator("participation")
     @classmethod
@@ -486,7 +488,8 @@ class OutputConfig(Section):
     # The cache is heads, encoders, sample counts and the global encoder, written to
     # RUN_DIR/refresh_cache/ at every refresh: K encoders per refresh on disk, so it is off by default.
     save_refresh_cache: bool = Field(
-        False, description="HDC-FL: keep the server cache of every refresh (for ablate and donor-swap replays)"
+        False,
+        description="keep, at every refresh, the server cache a method exports (HDC-FL's, for ablate and donor-swap replays)",
     )
     trackers: tuple[Literal["tensorboard", "mlflow", "wandb"], ...] = Field(
         (),

@@ -7,7 +7,7 @@ Ray nor torch. A method imports what it needs from here:
 """
 
 from hdcfl_ray.contract.context import ClientContext, ModelParts, TrainingSettings
-from hdcfl_ray.contract.method import ASYNC_HOOKS, AsyncHooks, Method, MethodSpec, NoParams, RunInfo
+from hdcfl_ray.contract.method import ASYNC_HOOKS, AsyncHooks, ExportHooks, Method, MethodSpec, NoParams, RunInfo
 from hdcfl_ray.contract.optimizer import OptimizerConfig
 from hdcfl_ray.contract.section import Section
 from hdcfl_ray.contract.values import (
@@ -15,6 +15,7 @@ from hdcfl_ray.contract.values import (
     EvalResult,
     EvalStats,
     ModelParams,
+    GroupingSummary,
     RefreshSummary,
     RoundNotes,
     TrainingBudget,
@@ -29,6 +30,8 @@ __all__ = [
     "ClientTask",
     "EvalResult",
     "EvalStats",
+    "ExportHooks",
+    "GroupingSummary",
     "Method",
     "MethodSpec",
     "ModelParams",

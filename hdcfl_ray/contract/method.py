@@ -83,6 +83,18 @@ class AsyncHooks(Protocol):
 ASYNC_HOOKS = ("async_shared", "async_set_shared", "async_upload_vector", "async_record", "async_after_apply")
 
 
+class ExportHooks(Protocol):
+    """Optional hooks a method may add; the runtime calls them only when present.
+
+    `export_cache(state)`: plain arrays (numpy, no objects) of the server state after
+    a round's aggregation, written to RUN_DIR/refresh_cache/ at each round whose
+    RoundNotes carry a grouping summary when output.save_refresh_cache is on.
+    A method's per-refresh summary row is the `RoundNotes.refresh` it returns, and
+    its scores per reference model are `EvalResult.references`."""
+
+    def export_cache(self, state: Any) -> Mapping[str, np.ndarray] | None: ...
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a method may know about the run when it is built."""
@@ -109,6 +121,9 @@ class MethodSpec(Generic[ParamsT]):
     asynchronous: bool = False  # runs in protocol.mode: async (the method implements AsyncHooks)
     # what is wrong with the parameters for this run ("key: why"), or None; checked when the scenario loads
     check: Callable[[ParamsT, RunInfo], str | None] | None = None
+    # the parameter that counts the full models the method keeps besides the shared one
+    # (cluster models, centres): the memory check counts them before the method is built
+    extra_models: str | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":

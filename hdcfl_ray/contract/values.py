@@ -94,15 +94,24 @@ class TrainingBudget:
 
 @dataclass(frozen=True)
 class RefreshSummary:
-    """What an HDC-FL refresh produced, for the refresh table."""
+    """What a method that (re)groups its clients reports at a regrouping (a
+    "refresh"): one row of the refresh table. Any method may return it in
+    RoundNotes.refresh; the quality fields are optional."""
 
     round_index: int
-    group_labels: dict[int, int]
-    memberships: dict[int, np.ndarray]
-    silhouette: float
-    effective_rank: int
-    num_groups: int
-    descriptor_kind: str
+    group_labels: dict[int, int]  # client id -> group
+    memberships: dict[int, np.ndarray]  # client id -> soft membership over the groups (one-hot for hard groups)
+    silhouette: float = float("nan")  # of the grouping in the method's descriptor space; NaN = not measured
+    effective_rank: int | None = None  # of the descriptors the grouping read, when the method has one
+    num_groups: int = 0  # 0 = one more than the largest group label
+    descriptor_kind: str = ""  # what the grouping read (e.g. "heads")
+
+    def __post_init__(self) -> None:
+        if self.num_groups == 0:
+            object.__setattr__(self, "num_groups", max(self.group_labels.values(), default=-1) + 1)
+
+
+GroupingSummary = RefreshSummary
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""RUN_DIR/refresh_cache/: the HDC-FL server cache at each refresh round (saved when
+"""RUN_DIR/refresh_cache/: the server cache a method exports (export_cache; HDC-FL's) at each refresh round (saved when
 `output.save_refresh_cache` is on), read back by `ablate` and `diagnose donor-swap`.
 
 One `round-XXXXXX.npz` per refresh holds arrays only (read with allow_pickle=False):

@@ -41,7 +41,7 @@ class RoundReport:
     events: list[str] = field(default_factory=list)
     timings: list[UpdateTiming] = field(default_factory=list)
     virtual_time: float = 0.0  # virtual clock at the end of the round
-    aggregate_seconds: float = 0.0  # server-side aggregation, an HDC-FL refresh included
+    aggregate_seconds: float = 0.0  # server-side aggregation, a method's regrouping (refresh) included
 
 
 class RoundServer(Protocol):

@@ -58,20 +58,10 @@ class FederatedServer:
         return list(self.pool.hosts)
 
     def refresh_cache(self) -> dict[str, Any] | None:
-        """The cache an HDC-FL refresh used (after this round's aggregation), as plain arrays."""
-        cache = getattr(self.state, "cache", None)
-        if cache is None:
-            return None
-        import numpy as np
-
-        client_ids = sorted(cache)
-        return {
-            "client_ids": np.asarray(client_ids, dtype=np.int64),
-            "heads": np.stack([cache[k].head for k in client_ids]),
-            "encoders": np.stack([cache[k].encoder for k in client_ids]),
-            "num_samples": np.asarray([cache[k].num_samples for k in client_ids], dtype=np.int64),
-            "global_encoder": np.asarray(self.state.global_encoder),
-        }
+        """The arrays the method exports after this round's aggregation (its optional
+        `export_cache` hook; output.save_refresh_cache writes them at each refresh), or None."""
+        export = getattr(self.algorithm, "export_cache", None)
+        return None if export is None else export(self.state)
 
     # ---- checkpoints ----
     def snapshot(self) -> dict[str, Any]:
