@@ -5,7 +5,8 @@ no change meant to leave results alone can move a CPU number. The Intel file was
 recorded before the GPU-path changes (sync-free loops, foreach optimizer steps,
 device choice); the AMD file from the code that matched it there.
 
-On a kind of machine with no file of its own, bits cannot be pinned (MKL rounds
+On a kind of machine with no file of its own (or a method its file does not
+record yet), bits cannot be pinned (MKL rounds
 differently per vendor); the runs are then held to a recorded file (the files
 agree with each other) within cross-machine rounding, which an Intel and an AMD
 machine were measured to stay well inside (per-client accuracy within 2 of 90
@@ -29,10 +30,17 @@ ACCURACY_TOLERANCE = 0.05  # per client, about 4 of its test images
 LOSS_RELATIVE_TOLERANCE = 1e-3
 
 
-def test_every_recorded_machine_pins_every_method() -> None:
+def test_every_method_is_pinned_on_a_recorded_machine() -> None:
+    """Every method has a golden record on at least one kind of machine, and no file
+    records a method that does not exist. A method whose results were meant to change
+    is re-recorded on the machine at hand (`python -m tests.bit_reference METHOD`)
+    and dropped from the other machines' files until it is recorded there: those
+    machines then hold it to the fresh record within cross-machine rounding."""
     assert GOLDEN, "no golden file in tests/golden"
+    recorded = set().union(*(set(rows) for rows in GOLDEN.values()))
+    assert recorded == set(method_names())
     for key, rows in GOLDEN.items():
-        assert sorted(rows) == sorted(method_names()), key
+        assert set(rows) <= set(method_names()), key
 
 
 def assert_within_cross_machine_rounding(rows: list[list[object]], golden: list[list[object]], where: str) -> None:
@@ -54,13 +62,14 @@ def assert_within_cross_machine_rounding(rows: list[list[object]], golden: list[
 @pytest.mark.parametrize("method", sorted(method_names()))
 def test_quickstart_bits_unchanged(tmp_path: Path, method: str) -> None:
     rows = quickstart_rows(method, tmp_path / method)
-    if KEY in GOLDEN:
+    if method in GOLDEN.get(KEY, {}):
         golden = GOLDEN[KEY][method]
         assert len(rows) == len(golden)
         changed = [(new, old) for new, old in zip(rows, golden) if new != old]
         assert not changed, f"{len(changed)} of {len(rows)} client scores moved on {KEY}, first: {changed[0]}"
         return
-    reference_key = min(GOLDEN)  # any recorded machine: they agree within the tolerance (tested below)
+    # any machine that recorded the method: they agree within the tolerance (tested below)
+    reference_key = min(key for key, rows in GOLDEN.items() if method in rows)
     assert_within_cross_machine_rounding(rows, GOLDEN[reference_key][method], f"{method} on {KEY} against {reference_key}")
 
 
@@ -69,7 +78,7 @@ def test_the_cross_machine_tolerance_holds_between_the_recorded_machines() -> No
     tolerance is wide enough for real rounding differences between CPUs."""
     keys = sorted(GOLDEN)
     for first, second in zip(keys, keys[1:]):
-        for method in method_names():
+        for method in sorted(set(GOLDEN[first]) & set(GOLDEN[second])):
             assert_within_cross_machine_rounding(GOLDEN[second][method], GOLDEN[first][method], f"{method}: {second} against {first}")
 
 
