@@ -130,3 +130,42 @@ def test_sigterm_stops_a_local_backend_sweep_resumably_and_its_rerun_completes_i
 )
 def test_a_stop_signal_leaves_a_resumable_sweep_and_no_ray_process(tmp_path, backend, name, twice):
     _stop(tmp_path, backend, name, twice)
+
+
+class Calibration(Sweep):
+    """`hdcfl-ray calibrate` of HDC-FL's group count on the tiny scenario."""
+
+    def __init__(self, tmp_path: Path, backend: str, rounds: int = 8) -> None:
+        self.out = tmp_path / "calibration"
+        self.scenario = tmp_path / "scenario.yaml"
+        self.scenario.write_text(
+            yaml.safe_dump(tiny_scenario(protocol={"rounds": rounds}, checkpoint={"every": 1}, runtime={"backend": backend}), sort_keys=False)
+        )
+        self.args = ["calibrate", str(self.scenario), "--key", "algorithm.hdcfl.groups", "--values", "2,3", "--parallel", "1", "--out", str(self.out)]
+        self.process = subprocess.Popen(
+            [*COMMAND, *self.args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "COLUMNS": "400"},
+        )
+        self.seen = {}
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_calibration_within_seconds_and_its_rerun_completes_it(tmp_path):
+    calibration = Calibration(tmp_path, "ray")
+    try:
+        calibration.wait_for_round(2)
+        started = time.monotonic()
+        calibration.signal(signal.SIGINT, group=True)
+        code = calibration.finish(timeout=60)
+        assert time.monotonic() - started < 20
+        _assert_stopped_resumably(calibration, code, "SIGINT", calibration.output())
+        assert calibration.processes_alive_after(10) == []
+    finally:
+        calibration.stop_leftovers()
+    rerun = subprocess.run([*COMMAND, *calibration.args], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert set(_index(calibration.out).values()) == {"completed"}
