@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -93,6 +94,32 @@ CASE_FRAGMENTS = {
 }
 
 
+WATCHDOG_S, WATCHDOG_MB = 60.0, 2000  # far past the limits: a bomb that goes off is stopped there
+
+
+def _read_within_limits(process: subprocess.Popen, started: float) -> str:
+    """The command's output; a command still running after WATCHDOG_S or holding more
+    than WATCHDOG_MB (an expanding bomb: unbounded time and memory) is killed and the
+    test fails, instead of taking the machine's memory with it."""
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.append(process.stdout.read()), daemon=True)
+    reader.start()
+    while reader.is_alive():  # until the command closes its output (poll() would reap it before wait4)
+        try:
+            with open(f"/proc/{process.pid}/status") as handle:
+                rss_mb = next((int(line.split()[1]) // 1024 for line in handle if line.startswith("VmRSS:")), 0)
+        except OSError:
+            rss_mb = 0
+        over = time.monotonic() - started > WATCHDOG_S or rss_mb > WATCHDOG_MB
+        if over:
+            process.kill()
+            process.wait()
+            pytest.fail(f"still running after {time.monotonic() - started:.0f} s holding {rss_mb} MB: killed")
+        reader.join(0.2)
+    reader.join()
+    return b"".join(chunks).decode()
+
+
 @pytest.mark.parametrize("case", list(CASE_FRAGMENTS))
 def test_each_bomb_exits_2_within_5_s_and_500_mb(tmp_path, case):
     """In a process of its own, so time and peak memory are the command's alone."""
@@ -105,7 +132,7 @@ def test_each_bomb_exits_2_within_5_s_and_500_mb(tmp_path, case):
         stderr=subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "4000"},
     )
-    output = process.stdout.read().decode()
+    output = _read_within_limits(process, started)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.monotonic() - started
