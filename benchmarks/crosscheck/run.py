@@ -69,8 +69,9 @@ REFERENCE_NAMES = {
 # Settings a pair runs with on both sides, on top of the scenario and --set (docs/cross-check.md).
 # PFLlib's FedProx and Ditto put the proximal term into a plain SGD step (no momentum, no weight
 # decay), so both sides run them so, at lr 0.5: the step size lr / (1 - momentum) of the quickstart's
-# lr 0.05 with momentum 0.9. mu and Ditto's (fixed, as PFLlib's is) lambda are our defaults, which
-# then pull by lr * mu per step exactly as much as under the quickstart's momentum SGD (0.5% and 5%).
+# lr 0.05 with momentum 0.9 (at the edge of stability for batches of 8: PFLlib's FedProx diverged
+# at seed 42 with its own batches; see docs/cross-check.md). mu and Ditto's lambda (fixed, as
+# PFLlib's is) are our defaults: a weight in the local objective, the same knob on both sides.
 # PFLlib's APFL steps alpha with the learning rate, so ours gets alpha_lr = lr.
 PLAIN_SGD = ["protocol.optimizer.lr=0.5", "protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"]
 METHOD_SETTINGS: dict[str, list[str]] = {
