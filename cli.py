@@ -312,17 +312,11 @@ def sweep(
         _fail_bad_input(error)
     console = Console(quiet=quiet)
     console.print(f"sweep: {len(runs)} runs into {plan.out}")
-    done = {"count": 0}
-
-    def progress(key: str, status: str) -> None:
-        if status not in ("started", "resuming") and not status.startswith("settings changed"):
-            done["count"] += 1
-        console.print(f"[{done['count']}/{len(runs)}] {key}: {status}", highlight=False)
 
     from hdcfl_ray.sweep.runner import ClusterLostError
 
     try:
-        outcome = _run_sweep_stoppably(runs, plan.out, parallel, progress, replace_changed)
+        outcome = _run_sweep_stoppably(runs, plan.out, parallel, console, replace_changed, "sweep")
     except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
         _fail_bad_input(error)
     except ClusterLostError as error:
@@ -348,20 +342,34 @@ def sweep(
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
-def _run_sweep_stoppably(runs: list[Any], out: Path, parallel: Optional[int], progress: Any, replace_changed: bool) -> Any:
-    """run_sweep under stop_signals: SIGINT (Ctrl-C) or SIGTERM, once or twice, marks the
-    runs in flight interrupted, stops the sweep's Ray with every process of it, prints
-    one line with the command that continues the sweep (the same one), and exits
-    128 + the signal's number (130, 143)."""
+def _run_sweep_stoppably(
+    runs: list[Any], out: Path, parallel: Optional[int], console: Console, replace_changed: bool, title: str
+) -> Any:
+    """run_sweep under stop_signals, shown live (hdcfl_ray/terminal/sweep_view.py: a table
+    of every run's round, accuracy and ETA in a terminal, plain lines otherwise).
+    SIGINT (Ctrl-C) or SIGTERM, once or twice, marks the runs in flight interrupted,
+    stops the sweep's Ray with every process of it, prints one line with the command
+    that continues the sweep (the same one), and exits 128 + the signal's number (130, 143)."""
     import shlex
     import signal
 
     from hdcfl_ray.runtime.interrupts import received, stop_signals
     from hdcfl_ray.sweep.runner import run_sweep
+    from hdcfl_ray.terminal.sweep_view import SweepView
 
+    view = SweepView([(run.key, run.scenario.protocol.rounds) for run in runs], console, title)
     with stop_signals():
         try:
-            return run_sweep(runs, out, runs[0].scenario.runtime, parallel, progress, replace_changed=replace_changed)
+            with view:
+                return run_sweep(
+                    runs,
+                    out,
+                    runs[0].scenario.runtime,
+                    parallel,
+                    view.on_progress,
+                    replace_changed=replace_changed,
+                    observer_for=view.observer,
+                )
         except KeyboardInterrupt as interrupt:
             signum = received() or getattr(interrupt, "signum", signal.SIGINT)
             command = shlex.join(["hdcfl-ray", *sys.argv[1:]])
@@ -419,15 +427,8 @@ def calibrate(
     console = Console()
     scored = "the test set (oracle)" if oracle else f"{validation_fraction:g} of each client's training images, held out"
     console.print(f"calibrate {key}: {len(runs)} runs ({len(value_list)} values) into {out}, scored on {scored}")
-    finished = {"count": 0}
-
-    def progress(run_key: str, status: str) -> None:
-        if status not in ("started", "resuming"):
-            finished["count"] += 1
-        console.print(f"[{finished['count']}/{len(runs)}] {run_key}: {status}", highlight=False)
-
     try:
-        outcome = _run_sweep_stoppably(runs, out, parallel, progress, replace_changed)
+        outcome = _run_sweep_stoppably(runs, out, parallel, console, replace_changed, f"calibrate {key}")
     except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
         _fail_bad_input(error)
     except ClusterLostError as error:

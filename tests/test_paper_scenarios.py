@@ -304,7 +304,9 @@ def test_cpu_sweep_runs_rotation_and_ls3_with_a_calibrated_pacfl(data_variables:
     for run in runs:
         assert run.scenario.algorithm.name == run.algorithm and run.scenario.seed == run.seed
         pacfl = run.scenario.algorithm.pacfl
-        assert (pacfl.basis, pacfl.threshold, pacfl.threshold_unit) == ("whole", 2.5, "degrees")
+        # each setting's own value, chosen on held-out training images (docs/calibration.md)
+        threshold = {"cpu-c10-rot": 2.5, "cpu-c10-ls3": 1.5}[run.setting]
+        assert (pacfl.basis, pacfl.threshold, pacfl.threshold_unit) == ("whole", threshold, "degrees")
 
 
 def test_gain_grid_cells_expand_to_valid_hdcfl_sweeps(data_variables: dict[str, str], tmp_path: Path) -> None:

@@ -66,7 +66,8 @@ def test_api_and_cli_give_bit_identical_client_accuracies(tmp_path, write_scenar
 def test_progress_shows_the_live_view_and_the_summary(tmp_path, capsys):
     run = hdcfl_ray.simulate(small(), out=tmp_path / "run", progress=True)
     printed = capsys.readouterr().out
-    assert f"run directory: {run.dir}" in printed
+    # the console folds long lines at its width, so compare with the folds removed
+    assert "run directory:" in printed and str(run.dir) in "".join(printed.split())
     assert "client test accuracy (%)" in printed  # the summary table
 
 

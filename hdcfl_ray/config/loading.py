@@ -149,6 +149,9 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
         location = [str(part) for part in error["loc"]]
         kind = error["type"]
         message = error["msg"].removeprefix("Value error, ")
+        plugin_key = _UNKNOWN_SECTION_KEY.match(message)
+        if plugin_key:  # a section that also holds plugins' sections refused a key it does not know
+            kind, location = "extra_forbidden", [*_key_location(location), plugin_key.group(1)]
         if kind == "extra_forbidden":
             key_path = ".".join(location)
             section = ".".join(location[:-1])
@@ -179,7 +182,9 @@ def format_validation_error(exc: ValidationError, raw: dict[str, Any], source: s
             lines.append(f"  {key_path}:{shown} {texts[0]}{hint}")
         else:
             alternatives = "; or: ".join(text.removeprefix("is not allowed; ") for text in texts)
-            lines.append(f"  {key_path}:{shown}{':' if shown else ''} {alternatives}")
+            # a name checked against a registry ("'fedprx' is not a method; choose from 'fedprox', ...")
+            hint = did_you_mean(value, _QUOTED.findall(texts[0])[1:]) if isinstance(value, str) and "; choose from " in texts[0] else ""
+            lines.append(f"  {key_path}:{shown}{':' if shown else ''} {alternatives}{hint}")
     return "\n".join(lines)
 
 
@@ -203,6 +208,7 @@ def _key_location(location: list[str]) -> list[str]:
 
 _MISSING = object()
 _QUOTED = re.compile(r"'([^']*)'")
+_UNKNOWN_SECTION_KEY = re.compile(r"^(\S+): unknown key \(a plugin's section is named after the plugin\)$")
 
 
 def did_you_mean(typed: str, choices: list[str]) -> str:

@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.data.dataset import ImageDataset
@@ -64,9 +64,12 @@ def run_sweep(
     parallel: int | None = None,
     on_progress: Callable[[str, str], None] | None = None,
     replace_changed: bool = False,
+    observer_for: Callable[[str], Any] | None = None,
 ) -> SweepOutcome:
     """Raises SettingsChangedError, before anything runs, when runs on disk were made
-    with other settings; with `replace_changed` those are moved aside and run afresh."""
+    with other settings; with `replace_changed` those are moved aside and run afresh.
+    `observer_for(run key)` gives each run's observer (its rounds, for a live view);
+    by default runs are quiet."""
     outcome = SweepOutcome()
     statuses = {run.key: run_status(run) for run in runs}
     changed = changed_runs(runs, statuses)
@@ -109,7 +112,8 @@ def run_sweep(
             if on_progress:
                 on_progress(run.key, "resuming" if resume else "started")
             try:
-                run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, QuietObserver(), resume=resume)
+                observer = observer_for(run.key) if observer_for is not None else QuietObserver()
+                run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, observer, resume=resume)
             except Exception as error:  # one failed run must not stop the sweep
                 if received() is not None:  # its Ray stopped by a stop signal: the run is marked interrupted
                     return run.key
