@@ -63,7 +63,7 @@ def choose_value(runs: list[RunRecord], key: str) -> CalibrationChoice:
     """The value the selection rule picks among completed validation-scored runs;
     none when any run was scored on the test set (an oracle table chooses nothing)."""
     completed = [run for run in runs if run.status == "completed" and run.final_evaluated_round() is not None]
-    if not completed:
+    if not completed or len(completed) < len(runs):  # a value missing a run cannot be ranked yet
         return CalibrationChoice(None, SELECTION_RULE, "validation")
     if not all(run.scored_on_validation for run in completed):
         return CalibrationChoice(None, SELECTION_RULE, "test (oracle)")
@@ -135,6 +135,9 @@ def calibration_table(runs: list[RunRecord], key: str) -> ReportTable:
             "No value chosen: these runs were scored on the test set (--oracle), which a real user of the method "
             "does not have; rerun without --oracle to choose on held-out training data."
         )
+    elif len(completed) < len(runs):
+        unfinished = ", ".join(sorted(f"{run.run_dir.parent.parent.name} ({run.status})" for run in runs if run not in completed))
+        chosen = f"No value chosen yet: {len(runs) - len(completed)} run(s) not finished: {unfinished}; rerun the same command to finish them."
     else:
         chosen = "No value chosen: no run finished."
     table.note = (

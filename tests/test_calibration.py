@@ -140,3 +140,27 @@ def test_calibrate_over_runs_made_with_other_settings_exits_2_and_names_the_key(
     assert "protocol.optimizer.lr" in changed.output and "Traceback" not in changed.output
     replaced = CliRunner().invoke(app, [*command, "--set", "protocol.optimizer.lr=0.2", "--replace-changed"])
     assert replaced.exit_code == 0, replaced.output
+
+
+def test_no_value_is_chosen_while_a_run_is_unfinished():
+    from pathlib import Path
+
+    from analysis.calibration_table import calibration_table, choose_value
+
+    class FakeRun:
+        scored_on_validation = True
+
+        def __init__(self, value: float, accuracy: float, status: str) -> None:
+            self.scenario = {"algorithm": {"fedprox": {"mu": value}}, "partition": {"validation_fraction": 0.2}}
+            self.accuracy, self.status = accuracy, status
+            self.run_dir = Path(f"out/setting.mu-{value}/fedprox/seed42")
+            self.method, self.seed = "fedprox", 42
+            self.rounds = __import__("pyarrow").table({"samples_trained": [1], "eval_samples_trained": [0]})
+
+        def final_evaluated_round(self):
+            return {"mean_accuracy": self.accuracy} if self.status == "completed" else None
+
+    runs = [FakeRun(0.01, 0.5, "completed"), FakeRun(1.0, 0.9, "failed")]
+    assert choose_value(runs, "algorithm.fedprox.mu").value is None
+    note = calibration_table(runs, "algorithm.fedprox.mu").note
+    assert "No value chosen yet: 1 run(s) not finished: setting.mu-1.0 (failed)" in note
