@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
+from hdcfl_ray.logs.summary_columns import ACCURACY_SUMMARY_COLUMNS
 from hdcfl_ray.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -31,22 +32,7 @@ PathLike = Union[str, Path]
 ScenarioInput = Union[PathLike, Mapping[str, Any], "Scenario"]
 
 # the metrics of a run's final evaluated round that `Run.final` holds (rounds.parquet columns)
-FINAL_METRICS = (
-    "round",
-    "mean_accuracy",
-    "worst_accuracy",
-    "bottom20_accuracy",
-    "best_accuracy",
-    "gap",
-    "mean_accuracy_global",
-    "worst_accuracy_global",
-    "bottom20_accuracy_global",
-    "mean_accuracy_local",
-    "mean_accuracy_own_classes",
-    "personalized",
-    "num_groups",
-    "ari_true",
-)
+FINAL_METRICS = ("round", *ACCURACY_SUMMARY_COLUMNS, "personalized", "num_groups", "ari_true")
 REPORT_FORMATS = ("md", "markdown", "csv", "latex", "table")
 
 
@@ -157,7 +143,7 @@ def simulate(
             console.print(f"[bold yellow]warning:[/] {escape(notice)}", highlight=False, soft_wrap=True)
         observer = LiveView(console)
     else:
-        observer = _SilentObserver()
+        observer = _silent_observer()
     try:
         run_simulation(prepared, run_dir, observer)
     except BaseException:
@@ -377,20 +363,16 @@ def _printer(enabled: bool):
     return lambda text: console.print(text, highlight=False, markup=False)
 
 
-class _SilentObserver:
-    """An observer that prints nothing; notices (a damaged checkpoint passed over) are kept."""
+def _silent_observer() -> Any:
+    """A quiet run's observer that keeps its notices (a damaged checkpoint passed over)
+    instead of printing them."""
+    from hdcfl_ray.terminal.live_view import QuietObserver
 
-    def __init__(self) -> None:
-        self.notices: list[str] = []
+    class SilentObserver(QuietObserver):
+        def __init__(self) -> None:
+            self.notices: list[str] = []
 
-    def on_start(self, scenario: Any, run_dir: Path, num_hosts: int) -> None:
-        pass
+        def on_notice(self, text: str) -> None:
+            self.notices.append(text)
 
-    def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None:
-        pass
-
-    def on_finish(self, summary: Any) -> None:
-        pass
-
-    def on_notice(self, text: str) -> None:
-        self.notices.append(text)
+    return SilentObserver()

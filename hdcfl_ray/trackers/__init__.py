@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.logs.summary_columns import ACCURACY_SUMMARY_COLUMNS
 from hdcfl_ray.trackers.base import STATE_FILE, Tracker, TrackerContext
 
 if TYPE_CHECKING:
@@ -35,25 +36,7 @@ TRACKERS: dict[str, tuple[str, str, str]] = {
 }
 
 # rounds.parquet columns sent every round (those that are numbers in that round)
-ROUND_METRICS = (
-    "mean_accuracy",
-    "worst_accuracy",
-    "bottom20_accuracy",
-    "best_accuracy",
-    "gap",
-    "mean_accuracy_global",
-    "worst_accuracy_global",
-    "bottom20_accuracy_global",
-    "mean_accuracy_local",
-    "mean_accuracy_own_classes",
-    "num_groups",
-    "ari_true",
-    "mean_train_loss",
-    "num_participants",
-    "samples_trained",
-    "virtual_time",
-    "elapsed_s",
-)
+ROUND_METRICS = (*ACCURACY_SUMMARY_COLUMNS, "num_groups", "ari_true", "mean_train_loss", "num_participants", "samples_trained", "virtual_time", "elapsed_s")
 # refresh.parquet columns, sent as refresh/<column> at the rounds that have one (HDC-FL)
 REFRESH_METRICS = ("num_groups", "silhouette", "ari_true", "ari_previous", "membership_entropy_normalized", "personalization_gain", "fraction_helped")
 
