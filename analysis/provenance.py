@@ -43,4 +43,4 @@ def provenance_note(provenances: Iterable[Mapping[str, str]]) -> str:
             parts.append(f"{label} {next(iter(counts))}")
         else:
             parts.append(f"{label} " + ", ".join(f"{value} ({count} runs)" for value, count in counts.most_common()))
-    return f"Made from {len(rows)} runs: " + "; ".join(parts) + "."
+    return f"Made from {len(rows)} run{'' if len(rows) == 1 else 's'}: " + "; ".join(parts) + "."
