@@ -5,6 +5,7 @@ loses power, leaves the old file or the new one, never a truncated mix."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Callable, BinaryIO
@@ -43,3 +44,12 @@ def write_bytes_durably(path: Path, data: bytes) -> Path:
 
 def write_text_durably(path: Path, text: str) -> Path:
     return write_bytes_durably(path, text.encode("utf-8"))
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks (checkpoints and table parts record it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

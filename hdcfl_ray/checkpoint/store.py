@@ -10,7 +10,6 @@ is damaged (a truncated or altered file), naming what was wrong."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hdcfl_ray.checkpoint.codec import CheckpointFormatError, Decoder, Encoder
-from hdcfl_ray.durable_files import fsync_directory, write_bytes_durably, write_file_durably
+from hdcfl_ray.durable_files import fsync_directory, sha256_file, write_bytes_durably, write_file_durably
 from hdcfl_ray.errors import ScenarioError
 
 FORMAT_VERSION = 1
@@ -52,7 +51,7 @@ def write_checkpoint(
     document = {
         "format": FORMAT_VERSION,
         "round": payload.get("round"),
-        "arrays_sha256": _sha256(staging / "arrays.npz"),
+        "arrays_sha256": sha256_file(staging / "arrays.npz"),
         "payload": encoded,
         **(record or {}),
     }
@@ -173,7 +172,7 @@ def _load_verified(directory: Path) -> Checkpoint | DamagedCheckpoint:
     if not arrays_path.is_file():
         return DamagedCheckpoint(directory, arrays_path, "missing")
     expected = document.get("arrays_sha256")  # absent in checkpoints written before digests were kept
-    if expected is not None and _sha256(arrays_path) != expected:
+    if expected is not None and sha256_file(arrays_path) != expected:
         return DamagedCheckpoint(directory, arrays_path, "damaged or truncated (its SHA-256 does not match state.json)")
     try:
         with np.load(arrays_path, allow_pickle=False) as archive:
@@ -182,15 +181,3 @@ def _load_verified(directory: Path) -> Checkpoint | DamagedCheckpoint:
         return DamagedCheckpoint(directory, arrays_path, f"damaged or truncated ({type(exc).__name__}: {exc})")
     round_index = document.get("round")
     return Checkpoint(directory, round_index if isinstance(round_index, int) else None, document, arrays)
-
-
-def sha256_of(path: Path) -> str:
-    return _sha256(path)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

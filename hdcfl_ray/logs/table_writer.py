@@ -9,7 +9,6 @@ pandas and polars read the directory as one table."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -17,6 +16,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hdcfl_ray.durable_files import sha256_file
 from hdcfl_ray.logs.schemas import TABLE_SCHEMAS
 
 
@@ -40,7 +40,7 @@ class TableWriter:
                 index = _part_index(path)
                 if index is not None and index <= last_part:
                     rows = pq.read_metadata(path).num_rows
-                    self.parts[f"{path.parent.name}/{path.name}"] = {"round": index, "rows": rows, "sha256": _sha256(path)}
+                    self.parts[f"{path.parent.name}/{path.name}"] = {"round": index, "rows": rows, "sha256": sha256_file(path)}
 
     def parts_up_to(self, last_part: int) -> dict[str, dict[str, Any]]:
         return {name: dict(entry) for name, entry in self.parts.items() if entry["round"] <= last_part}
@@ -60,7 +60,7 @@ class TableWriter:
         final_path = directory / f"part-{part:06d}.parquet"
         temporary_path = directory / f".part-{part:06d}.parquet.tmp"
         pq.write_table(arrow_table, temporary_path)
-        digest = _sha256(temporary_path)
+        digest = sha256_file(temporary_path)
         os.replace(temporary_path, final_path)
         self.parts[f"{directory.name}/{final_path.name}"] = {"round": part, "rows": len(rows), "sha256": digest}
         return final_path
@@ -96,7 +96,7 @@ def verify_parts(run_dir: Path, recorded: dict[str, dict[str, Any]] | None, last
             path = run_dir / name
             if not path.is_file():
                 problems.append((path, "missing"))
-            elif _sha256(path) != entry.get("sha256"):
+            elif sha256_file(path) != entry.get("sha256"):
                 problems.append((path, "damaged or truncated (its SHA-256 does not match the checkpoint's record)"))
         return problems
     for table in TABLE_SCHEMAS:
@@ -107,10 +107,9 @@ def verify_parts(run_dir: Path, recorded: dict[str, dict[str, Any]] | None, last
             index = _part_index(path)
             if index is None or index > last_part:
                 continue
-            try:
-                pq.read_metadata(path)
-            except (pa.ArrowException, OSError) as exc:
-                problems.append((path, f"unreadable ({type(exc).__name__}: {exc})"))
+            footer_error = _footer_error(path)
+            if footer_error is not None:
+                problems.append((path, f"unreadable ({footer_error})"))
     return problems
 
 
@@ -122,24 +121,24 @@ def unreadable_parts(roots: Iterable[Path]) -> list[tuple[Path, str]]:
         for path in sorted(Path(root).rglob("part-*.parquet")):
             if not path.parent.name.endswith(".parquet") or not path.is_file():
                 continue
-            try:
-                pq.read_metadata(path)
-            except (pa.ArrowException, OSError) as exc:
-                problems.append((path, f"{type(exc).__name__}: {exc}"))
+            footer_error = _footer_error(path)
+            if footer_error is not None:
+                problems.append((path, footer_error))
     return problems
+
+
+def _footer_error(path: Path) -> str | None:
+    """Why a part's Parquet footer cannot be read, or None when it reads."""
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _part_index(path: Path) -> int | None:
     stem = path.name.split(".")[0]
     return int(stem[5:]) if stem.startswith("part-") and stem[5:].isdigit() else None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_table(run_dir: str | Path, table: str) -> pa.Table:
