@@ -66,8 +66,12 @@ class Run:
         self.out = tmp_path / "run"
         scenario = tmp_path / "scenario.yaml"
         scenario.write_text(yaml.safe_dump(tiny_scenario(protocol={"rounds": rounds}, checkpoint={"every": 1}), sort_keys=False))
+        self.start(["simulate", str(scenario), "--set", f"runtime.backend={backend}", "--out", str(self.out), "-q"])
+
+    def start(self, args: list[str]) -> None:
+        """`hdcfl-ray ARGS` in its own process group, its output collected."""
         self.process = subprocess.Popen(
-            [*COMMAND, "simulate", str(scenario), "--set", f"runtime.backend={backend}", "--out", str(self.out), "-q"],
+            [*COMMAND, *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

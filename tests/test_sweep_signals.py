@@ -9,7 +9,6 @@ same code (cli._run_sweep_stoppably, sweep/runner.py)."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -39,15 +38,7 @@ class Sweep(Run):
             yaml.safe_dump(tiny_scenario(protocol={"rounds": rounds}, checkpoint={"every": 1}, runtime={"backend": backend}), sort_keys=False)
         )
         self.args = ["sweep", str(self.scenario), "--algorithms", "hdcfl", "--seeds", SEEDS, "--parallel", "1", "--out", str(self.out)]
-        self.process = subprocess.Popen(
-            [*COMMAND, *self.args],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "COLUMNS": "400"},
-        )
-        self.seen: dict[int, str] = {}
+        self.start(self.args)
 
     def wait_for_round(self, round_index: int, timeout: float = 240.0) -> None:
         deadline = time.monotonic() + timeout
@@ -142,15 +133,7 @@ class Calibration(Sweep):
             yaml.safe_dump(tiny_scenario(protocol={"rounds": rounds}, checkpoint={"every": 1}, runtime={"backend": backend}), sort_keys=False)
         )
         self.args = ["calibrate", str(self.scenario), "--key", "algorithm.hdcfl.groups", "--values", "2,3", "--parallel", "1", "--out", str(self.out)]
-        self.process = subprocess.Popen(
-            [*COMMAND, *self.args],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "COLUMNS": "400"},
-        )
-        self.seen = {}
+        self.start(self.args)
 
 
 @pytest.mark.slow
