@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from hdcfl_ray.config.paths import check_path_lengths
 from hdcfl_ray.config.ranges import check_integer_ranges
 from hdcfl_ray.config.safe_yaml import YAMLLimitError, clip, load_yaml, shorten
-from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.config.schema import UNKNOWN_SECTION_KEY, Scenario
 from hdcfl_ray.errors import ScenarioError
 
 # A scenario is a few kilobytes; a file far larger is not one (and would be held in memory whole).
@@ -208,7 +208,7 @@ def _key_location(location: list[str]) -> list[str]:
 
 _MISSING = object()
 _QUOTED = re.compile(r"'([^']*)'")
-_UNKNOWN_SECTION_KEY = re.compile(r"^(\S+): unknown key \(a plugin's section is named after the plugin\)$")
+_UNKNOWN_SECTION_KEY = re.compile(rf"^(\S+): {re.escape(UNKNOWN_SECTION_KEY)}$")
 
 
 def did_you_mean(typed: str, choices: list[str]) -> str:

@@ -44,6 +44,11 @@ def _check_name(kind: str, what: str, value: str) -> str:
     return value
 
 
+# the message of a key a plugin-holding section does not know; the scenario loader reads
+# the key back out of it to report the full key path and the allowed keys
+UNKNOWN_SECTION_KEY = "unknown key (a plugin's section is named after the plugin)"
+
+
 class PluginSections(Section):
     """A section that also holds the sections of plugins (`<section>.<plugin name>`):
     each is validated with the parameters the plugin declares; any other unknown key
@@ -61,7 +66,7 @@ class PluginSections(Section):
         for key in list(extras):
             spec = specs.get(key)
             if spec is None or spec.params is NoParams or key in type(self).model_fields:
-                raise ValueError(f"{key}: unknown key (a plugin's section is named after the plugin)")
+                raise ValueError(f"{key}: {UNKNOWN_SECTION_KEY}")
             value = extras[key]
             if not isinstance(value, spec.params):
                 try:
