@@ -1,5 +1,5 @@
 """HDC-FL's maths as a spec: descriptors, grouping, memberships, prototypes,
-personalised encoders and one full refresh (spec/hdcfl.md, sections 1-5)."""
+personalised encoders and one full refresh (docs/hdcfl.md, sections 1-5)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ COUNTS = np.array([10.0, 30.0, 60.0])
 
 
 def hdcfl_params(**changes: object) -> SimpleNamespace:
-    """The HDC-FL defaults of spec/hdcfl.md, with `changes` applied."""
+    """The HDC-FL defaults of docs/hdcfl.md, with `changes` applied."""
     defaults = dict(descriptor="lowrank", rank=8, groups=4, membership="soft", temperature=1.0, temperature_scale="within", prototypes="hard", kmeans_init=10)
     return SimpleNamespace(**{**defaults, **changes})
 

@@ -1,5 +1,5 @@
 """How a shared-encoder client is scored: references (a) global, (b) local and
-(c) personalised, and which one HDC-FL's headline uses (spec/hdcfl.md, "Evaluation references")."""
+(c) personalised, and which one HDC-FL's headline uses (docs/hdcfl.md, "Evaluation references")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Replay a finished HDC-FL run's refreshes with other server-side settings.
 
 HDC-FL's personalised encoders are used for inference only and never feed back
-into training (spec/hdcfl.md), so every server-side variant (descriptor, rank,
+into training (docs/hdcfl.md), so every server-side variant (descriptor, rank,
 groups, membership, temperature, mix, prototypes) can be scored on the caches a
 run saved at its refresh rounds (`output.save_refresh_cache: true`) without
 retraining. With the run's own settings the replay reproduces every score,

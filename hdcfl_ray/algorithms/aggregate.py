@@ -3,7 +3,7 @@ FedAvg's global encoder and HDC-FL's encoder prototypes share.
 
 Both the global encoder and the single-group prototype go through this function
 in the same client order, so with full participation they agree bit for bit
-(spec/hdcfl.md, section 2).
+(docs/hdcfl.md, section 2).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec
 
 
 class FedALAParams(Section):
-    """Adaptive Local Aggregation (spec/baselines.md, FedALA)."""
+    """Adaptive Local Aggregation (docs/baselines.md, FedALA)."""
 
     layers: int = Field(2, ge=1, description="p: the top p parameter tensors are blended (tensors, not layers)")
     data_fraction: float = Field(0.8, gt=0.0, le=1.0, description="s: share of local data the blend weights learn on")

@@ -1,6 +1,6 @@
 """FedRep: a shared encoder (the representation) averaged by the server and a private
 head per client, trained head first, then body (Collins et al. 2021, "Exploiting Shared
-Representations for Personalized Federated Learning"; spec/baselines.md section 1).
+Representations for Personalized Federated Learning"; docs/baselines.md, FedRep).
 
 A sampled client loads the global encoder and its own head, then
 1. trains the head alone for `head_epochs` with the encoder frozen: the head is fitted

@@ -1,6 +1,6 @@
 """IFCA: S full cluster models; each client joins the one with the lowest loss on
 its own data, trains it, and the server averages within clusters
-(spec/baselines.md, section 6; the model-averaging variant).
+(docs/baselines.md, IFCA; the model-averaging variant).
 
 - Symmetry breaking: the S models are S independent seeded initialisations
   (encoder and head), so the first assignment is not a tie.
@@ -39,7 +39,7 @@ from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec
 
 
 class IFCAParams(Section):
-    """S cluster models; each client trains the one with the lowest loss (spec/baselines.md, IFCA)."""
+    """S cluster models; each client trains the one with the lowest loss (docs/baselines.md, IFCA)."""
 
     clusters: int = Field(4, ge=1, description="S cluster models")
     assignment_samples: int = Field(512, ge=1, description="at most this many local training samples score the cluster models")

@@ -1,5 +1,5 @@
 """PACFL: one-shot clustering of clients by the angles between their data
-subspaces, then FedAvg inside each cluster (spec/baselines.md, section 7).
+subspaces, then FedAvg inside each cluster (docs/baselines.md, PACFL).
 
 - Round 1 only: every client sends a basis of its raw training images (uint8
   after its rotation, no normalisation, no augmentation; `subspaces.client_basis`).
@@ -48,7 +48,7 @@ from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec
 
 
 class PACFLParams(Section):
-    """One-shot clustering on the angles between clients' data subspaces (spec/baselines.md, PACFL)."""
+    """One-shot clustering on the angles between clients' data subspaces (docs/baselines.md, PACFL)."""
 
     basis_dim: int = Field(3, ge=1, description="p singular vectors per class (or for the whole data)")
     basis: Literal["per_class", "whole"] = Field("per_class", description="a basis per class, or one for the whole local data")

@@ -1,5 +1,5 @@
 """PACFL's maths: a client's data subspace, the angles between subspaces and the
-one-shot agglomerative clustering on them (spec/baselines.md, section 7).
+one-shot agglomerative clustering on them (docs/baselines.md, PACFL).
 
 Plain numpy/scipy functions on arrays, so they are tested without any runtime.
 All angles are in radians; `threshold_in_radians` converts a degree-valued

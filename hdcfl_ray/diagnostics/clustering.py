@@ -1,4 +1,4 @@
-"""Diagnostics of a grouping (spec/hdcfl.md, "Diagnostics"): silhouette on the
+"""Diagnostics of a grouping (docs/hdcfl.md, "Diagnostics"): silhouette on the
 descriptors, ARI against another labelling or the previous refresh, membership
 entropy, and the personalisation gain of the mixture over the global encoder.
 

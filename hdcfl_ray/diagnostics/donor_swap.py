@@ -1,4 +1,4 @@
-"""Donor-swap diagnostic, the maths (spec/hdcfl.md, "Donor-swap diagnostic";
+"""Donor-swap diagnostic, the maths (docs/hdcfl.md, "Donor-swap diagnostic";
 paper tables 4, 14, 15): does head similarity predict which donor encoders help
 a target client?
 

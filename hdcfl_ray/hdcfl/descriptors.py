@@ -1,4 +1,4 @@
-"""Head descriptors: the vectors HDC-FL clusters clients by (spec/hdcfl.md, section 1).
+"""Head descriptors: the vectors HDC-FL clusters clients by (docs/hdcfl.md, section 1).
 
 A head is the flat vector [W | b]. Every head is first scaled to unit norm, so a
 descriptor depends on a head's direction only, never on its scale. The low-rank

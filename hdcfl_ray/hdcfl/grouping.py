@@ -1,4 +1,4 @@
-"""Grouping clients by their head descriptors: seeded k-means (spec/hdcfl.md, section 2).
+"""Grouping clients by their head descriptors: seeded k-means (docs/hdcfl.md, section 2).
 
 Labels are canonical: group 0 is the group of client 0, group 1 the group of the
 first client not in group 0, and so on. k-means numbers its clusters arbitrarily,

@@ -1,4 +1,4 @@
-"""Client-to-group memberships pi_kg (spec/hdcfl.md, section 4).
+"""Client-to-group memberships pi_kg (docs/hdcfl.md, section 4).
 
 Soft memberships are a softmax over negative squared distances to the centroids,
 at a temperature tau * S set by the grouping's own geometry, so tau = 1 means the

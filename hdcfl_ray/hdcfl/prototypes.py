@@ -1,5 +1,5 @@
 """Encoder prototypes per group and the personalised encoder mixed from them
-(spec/hdcfl.md, sections 3 and 5).
+(docs/hdcfl.md, sections 3 and 5).
 
 Vectors are flat float32 encoders covering every float entry of the encoder
 state; integer buffers are not in them and stay the receiving module's own.

@@ -1,5 +1,5 @@
 """One HDC-FL refresh on the server's cache: descriptors, grouping, memberships,
-prototypes and the grouping's silhouette (spec/hdcfl.md, sections 1-4).
+prototypes and the grouping's silhouette (docs/hdcfl.md, sections 1-4).
 
 The caller stacks the cache in a fixed client order (row k is the same client in
 every array); `refresh_summary` maps the rows back to client ids. `run_refresh`
