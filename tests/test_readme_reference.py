@@ -1,5 +1,6 @@
-"""README.md's scenario reference is the schema's own: the block between the marker comments is what
-`hdcfl_ray.config.reference` renders, it loads as the default scenario, and every key has a meaning."""
+"""The scenario reference page (docs/scenario-reference.md, linked from README.md) is the schema's own:
+the block between the marker comments is what `hdcfl_ray.config.reference` renders, it loads as the
+default scenario, and every key has a meaning."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, Field, create_model
 
 from hdcfl_ray.config.loading import build_scenario, scenario_to_yaml
 from hdcfl_ray.config.reference import (
+    REFERENCE_PAGE,
     REGENERATE_COMMAND,
     extract_reference,
     main,
@@ -20,7 +22,8 @@ from hdcfl_ray.config.reference import (
 )
 from hdcfl_ray.config.schema import Scenario, Section
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / REFERENCE_PAGE
 
 def reachable_models(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
     """Every model nested in `model` (itself included), by class name: through field annotations
@@ -65,11 +68,17 @@ def key_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
     return paths
 
 
-def test_readme_block_is_the_generated_reference() -> None:
-    readme = README.read_text(encoding="utf-8")
-    stale = f"README.md's scenario reference is out of date with hdcfl_ray/config/schema.py; run: {REGENERATE_COMMAND}"
-    assert extract_reference(readme) == scenario_reference(), stale
-    assert with_reference(readme) == readme, stale
+def test_reference_page_block_is_the_generated_reference() -> None:
+    page = REFERENCE.read_text(encoding="utf-8")
+    stale = f"{REFERENCE_PAGE}'s scenario reference is out of date with hdcfl_ray/config/schema.py; run: {REGENERATE_COMMAND}"
+    assert extract_reference(page) == scenario_reference(), stale
+    assert with_reference(page) == page, stale
+
+
+def test_readme_links_the_reference_page_and_holds_no_copy() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"({REFERENCE_PAGE})" in readme
+    assert "<!-- scenario-reference:" not in readme
 
 
 def test_reference_loads_as_the_default_scenario() -> None:

@@ -1,9 +1,10 @@
 """The scenario reference: every key of the schema with its default and its meaning, as one YAML block.
 
 The block is rendered from the pydantic models alone (field order, defaults, `Literal` choices and each
-field's `description`), so a key added to the schema shows up without anyone copying it by hand. README.md
-holds the block between two marker comments; `python -m hdcfl_ray.config.reference --write README.md`
-rewrites it and tests/test_readme_reference.py fails while it is out of date.
+field's `description`), so a key added to the schema shows up without anyone copying it by hand.
+docs/scenario-reference.md holds the block between two marker comments;
+`python -m hdcfl_ray.config.reference --write docs/scenario-reference.md` rewrites it and
+tests/test_readme_reference.py fails while it is out of date.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from hdcfl_ray.config.schema import Scenario
 
 START_MARKER = "<!-- scenario-reference:start -->"
 END_MARKER = "<!-- scenario-reference:end -->"
-REGENERATE_COMMAND = "python -m hdcfl_ray.config.reference --write README.md"
+REFERENCE_PAGE = "docs/scenario-reference.md"  # the page that holds the block, from the repository root
+REGENERATE_COMMAND = f"python -m hdcfl_ray.config.reference --write {REFERENCE_PAGE}"
 
 # Comments start in this column; a longer `key: value` keeps two spaces before its comment
 # rather than pushing every other comment to the right.
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Print the scenario reference, or rewrite / check the copy between the marker comments of a file.",
     )
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", metavar="MARKDOWN", type=Path, help="rewrite the block in MARKDOWN (e.g. README.md)")
+    action.add_argument("--write", metavar="MARKDOWN", type=Path, help="rewrite the block in MARKDOWN (e.g. docs/scenario-reference.md)")
     action.add_argument("--check", metavar="MARKDOWN", type=Path, help="exit 1 when the block in MARKDOWN is out of date")
     args = parser.parse_args(argv)
     path: Path | None = args.write or args.check
