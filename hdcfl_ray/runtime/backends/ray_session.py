@@ -125,6 +125,7 @@ def stop_private_ray(marker: str, grace_s: float = 5.0) -> list[int]:
             signal.signal(signum, signal.SIG_IGN)
     try:
         tracked = instance_processes(marker)  # before the shutdown, while parents still link them
+        _kill_autoscaler_monitor()
         try:
             if ray.is_initialized():
                 ray.shutdown()
@@ -149,6 +150,30 @@ def stop_private_ray(marker: str, grace_s: float = 5.0) -> list[int]:
         if main_thread:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+def _kill_autoscaler_monitor() -> None:
+    """Kill the private instance's autoscaler monitor before `ray.shutdown`. A private
+    instance never scales, and the monitor keeps no state; but it answers SIGTERM
+    by reporting its "failure" to the GCS, which `ray.shutdown` has stopped by then,
+    so it hangs until Ray kills it after a one-second grace: a second of every
+    run's shutdown. Ray's private process table; nothing is done if it moved."""
+    try:
+        from ray._private import ray_constants, worker
+
+        node = getattr(worker, "_global_node", None)
+        infos = list(node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, [])) if node is not None else []
+    except Exception:
+        return
+    for info in infos:
+        process = getattr(info, "process", None)
+        if process is None or process.poll() is not None:
+            continue
+        try:
+            process.kill()
+            process.wait(timeout=1.0)
+        except Exception:  # gone already, or not reaped in time: ray.shutdown and the sweep below handle it
+            pass
 
 
 def instance_processes(marker: str) -> dict[int, int]:
