@@ -1,7 +1,8 @@
 """The loading path of the CPU and paper scenarios on tiny generated data: scenario file
 -> environment variable or --set override -> data source -> seeded subset -> partition
-(`prepare_run`), for a Parquet table of JPEG bytes (the layout of the CIFAR-10 copy in
-shared/data) and for torchvision's python-format CIFAR-10 folder. No real data is read.
+(`prepare_run`), for a Parquet table of JPEG bytes (the layout of the CIFAR-10 Parquet copy that
+scripts/cifar10_to_parquet.py --format jpeg writes) and for torchvision's python-format CIFAR-10
+folder. No real data is read.
 
 tests/test_data_sources.py covers the sources on their own (columns, grayscale, struct
 columns, channel order, refusals); this file covers what the scenarios add on top."""
@@ -55,7 +56,7 @@ def jpeg_bytes(image: np.ndarray) -> bytes:
 
 
 def write_jpeg_table(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
-    """The layout of shared/data/cifar10-jpeg: binary `image`, int16 `label`, class names in metadata."""
+    """The Parquet copy's layout (scripts/cifar10_to_parquet.py): binary `image`, int16 `label`, class names in metadata."""
     table = pa.table(
         {"image": pa.array([jpeg_bytes(image) for image in images], type=pa.binary()), "label": pa.array(labels, type=pa.int16())}
     )

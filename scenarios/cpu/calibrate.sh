@@ -5,7 +5,7 @@
 # The CIFAR settings use one seed (42) per knob for time, the digits quickstart the paper's
 # three seeds; the chosen value is then run at the paper's three seeds.
 #
-#   export HDCFL_CIFAR10_PARQUET=../shared/data/cifar10-jpeg   # from the repository root
+#   export HDCFL_CIFAR10_PARQUET=data/cifar10-parquet   # from the repository root
 #   scenarios/cpu/calibrate.sh [rot|ls3|quickstart|all] [KNOB...]
 #   # KNOB: pacfl ifca fedprox fedsoft fedsoft_centers fedce fedce_temperature (default: all)
 #
@@ -25,7 +25,7 @@ knob() {  # knob SETTING NAME METHOD KEY VALUES [--set KEY=VALUE]...
   if [ "$setting" = quickstart ]; then
     scenario=scenarios/quickstart.yaml seeds=42,123,2026 report="docs/calibration/quickstart-$name.md"
   else
-    : "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. ../shared/data/cifar10-jpeg}"
+    : "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. data/cifar10-parquet from scripts/cifar10_to_parquet.py}"
     scenario="scenarios/cpu/cpu-c10-$setting.yaml" seeds=42 report="docs/calibration/cpu-c10-$setting-$name.md"
   fi
   # a failed run (exit 1) leaves the others and the table; go on with the next knob, rerun to retry it

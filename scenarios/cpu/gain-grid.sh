@@ -4,7 +4,7 @@
 # participation 0.5, width 16), HDC-FL only, seeds 42, 123 and 2026. Each run logs the prototype mixture and, from the same
 # evaluation, the global encoder with each client's own head, so the gain is paired per seed.
 #
-#   export HDCFL_CIFAR10_PARQUET=../shared/data/cifar10-jpeg   # from the repository root
+#   export HDCFL_CIFAR10_PARQUET=data/cifar10-parquet   # from the repository root
 #   scenarios/cpu/gain-grid.sh                                 # 30 runs into runs/cpu-gain-grid (53 min on 2 cores)
 #
 # The two base cells come from the reproduction sweep (scenarios/cpu/sweep-reproduction.yaml,
@@ -12,7 +12,7 @@
 # Like every sweep, a rerun skips finished runs and resumes killed ones.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-: "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. ../shared/data/cifar10-jpeg}"
+: "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. data/cifar10-parquet from scripts/cifar10_to_parquet.py}"
 out="${GAIN_GRID_OUT:-runs/cpu-gain-grid}"
 base="${REPRODUCTION_OUT:-runs/cpu-reproduction}"
 
