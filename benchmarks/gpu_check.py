@@ -1,0 +1,468 @@
+"""One GPU check of hdcfl-ray, made to finish within 8 minutes on one GPU machine. Each step
+runs in its own process with its own time budget and is a key of the JSON, rewritten after
+every step (a kill loses nothing); a step that fails or runs out of time is recorded with
+its error and the next one runs:
+
+  machine               GPU, CUDA, torch and Ray versions, CPU model, git commit, date
+  cuda_tests            python -m pytest -m cuda -q -x: passed / failed / skipped counts
+  throughput            samples/s of the project's train_locally against a plain PyTorch loop,
+                        same model and synthetic 3x32x32 data, small_cnn and resnet18_cifar, fp32 and bf16
+  sharing               training samples/s of 1, 2, 4 and 8 Ray client hosts sharing the GPU
+                        (runtime.num_gpus_per_actor = 1/N), read from the runs' rounds tables
+  bit_identity          two same-seed quickstart runs on the GPU: are their clients tables bit-identical
+  paper_rot_two_rounds  two rounds of scenarios/paper/c10-rot-no-pretrain.yaml on the CIFAR-10 Parquet copy
+
+    bash benchmarks/gpu_check.sh                    # on the GPU machine (installs what is missing)
+    python benchmarks/gpu_check.py --dry-run        # anywhere: everything but CUDA, in about a minute
+
+--dry-run runs each step's code on the CPU with tiny sizes, checks that every command exists
+and every scenario loads and validates with the same overrides (GPU share 0 where a check
+needs the machine), and reports the CIFAR-10 Parquet folder (--cifar PATH,
+$HDCFL_CIFAR10_PARQUET, shared/data/cifar10-jpeg or ../shared/data/cifar10-jpeg) found or
+missing (a warning there). Exit 0 when every step passed, 1 otherwise, 2 on bad use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import machine_description  # noqa: E402  (standard library only)
+
+# seconds per step on the GPU machine (their sum stays under the 8-minute total) and in a dry run
+BUDGETS: dict[str, int] = {"machine": 20, "cuda_tests": 100, "throughput": 75, "sharing": 90, "bit_identity": 60, "paper_rot_two_rounds": 125}
+DRY_BUDGETS: dict[str, int] = {"machine": 30, "cuda_tests": 60, "throughput": 60, "sharing": 90, "bit_identity": 60, "paper_rot_two_rounds": 60}
+TOTAL_BUDGET_S = 480
+GRACE_S = 10  # a step process past its budget by this much is killed with its children
+QUICKSTART = "scenarios/quickstart.yaml"
+PAPER = "scenarios/paper/c10-rot-no-pretrain.yaml"
+QUICK_OVERRIDES = ["runtime.backend=ray", "runtime.num_gpus_per_actor=0.25", "protocol.rounds=3", "checkpoint.every=null"]
+# small_cnn as in benchmarks/efficiency.py
+ENCODERS: dict[str, dict[str, Any]] = {"small_cnn": {"encoder": "small_cnn", "width": 16, "feature_dim": 64},
+                                       "resnet18_cifar": {"encoder": "resnet18_cifar"}}
+CPU_SHARE = "runtime.num_gpus_per_actor=0"  # appended where a check must pass on a machine without a GPU
+
+
+def paper_overrides(cifar: str) -> list[str]:
+    """The paper run's --set values: two rounds on the Parquet copy, no refresh cache, no checkpoints."""
+    return ["protocol.rounds=2", "dataset.name=parquet_images", f"dataset.path={cifar}",
+            "output.save_refresh_cache=false", "checkpoint.every=null"]
+
+
+def find_cifar(explicit: str | None) -> tuple[Path | None, list[str]]:
+    """The CIFAR-10 Parquet folder and every place looked in, in order."""
+    places = [explicit, os.environ.get("HDCFL_CIFAR10_PARQUET"), str(REPO / "shared/data/cifar10-jpeg"),
+              str(REPO.parent / "shared/data/cifar10-jpeg")]
+    looked = [place for place in places if place]
+    for place in looked:
+        if (Path(place) / "train.parquet").is_file() and (Path(place) / "test.parquet").is_file():
+            return Path(place).resolve(), looked
+    return None, looked
+
+
+def cli_command() -> list[str]:
+    """`hdcfl-ray` beside this Python when installed, else the same app run from cli.py."""
+    script = Path(sys.executable).parent / "hdcfl-ray"
+    return [str(script)] if script.is_file() else [sys.executable, str(REPO / "cli.py")]
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace `path` atomically: a reader (or a kill) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(partial, path)
+
+
+def run_command(cmd: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run `cmd` in the repository in its own session; past `timeout_s` SIGTERM (a run stops
+    resumably), SIGKILL 5 s later. Whatever it left (Ray daemons) is killed at the end."""
+    started, timed_out = time.perf_counter(), False
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def signal_group(sig: signal.Signals) -> None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, sig)
+
+        try:
+            process.wait(timeout=max(timeout_s, 1.0))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+        signal_group(signal.SIGKILL)
+        process.wait()
+        log.seek(0)
+        output = log.read()
+    return {"cmd": " ".join(cmd), "returncode": process.returncode, "timed_out": timed_out,
+            "seconds": round(time.perf_counter() - started, 2), "output_tail": output[-3000:]}
+
+
+class Step:
+    """One step's record, written to its file after every change (the orchestrator reads it back)."""
+
+    def __init__(self, name: str, file: Path, deadline: float, dry_run: bool, cifar: str | None) -> None:
+        self.file, self.deadline, self.dry_run, self.cifar = file, deadline, dry_run, cifar
+        self.data: dict[str, Any] = {"status": "running", "warnings": []}
+        self.work = Path(tempfile.mkdtemp(prefix=f"gpu-check-{name}-"))  # run folders; removed at the end
+
+    def record(self, **values: Any) -> None:
+        self.data.update(values)
+        write_json(self.file, self.data)
+
+    def warn(self, text: str) -> None:
+        self.data["warnings"].append(text)
+        self.record()
+
+    def left(self, margin: float = 3.0) -> float:
+        """Seconds this step may still spend on a command."""
+        return self.deadline - time.time() - margin
+
+
+def step_machine(step: Step) -> None:
+    import torch
+
+    facts = machine_description()
+    facts.update(torch_cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(), cuda_available=torch.cuda.is_available())
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        facts.update(gpu=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count(), gpu_memory_gb=round(props.total_memory / 1e9, 1),
+                     compute_capability=f"{props.major}.{props.minor}", bf16_native=torch.cuda.is_bf16_supported(including_emulation=False))
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        facts["nvidia_smi"] = run_command(query, 15)["output_tail"].strip()
+    head = run_command(["git", "rev-parse", "HEAD"], 10) if shutil.which("git") else {"returncode": 1}
+    dirty = run_command(["git", "status", "--porcelain", "--untracked-files=no"], 10)["output_tail"].strip() if head["returncode"] == 0 else None
+    # a copy of the tree without .git (a device machine's): the caller may name the commit in $HDCFL_GIT_COMMIT
+    facts["git"] = ({"commit": head["output_tail"].strip(), "dirty": bool(dirty)} if head["returncode"] == 0
+                    else {"commit": os.environ.get("HDCFL_GIT_COMMIT"), "dirty": None})
+    step.record(**facts)
+    if not step.dry_run and not facts["cuda_available"]:
+        raise RuntimeError("torch sees no CUDA GPU here; run with --dry-run on a machine without one")
+
+
+def parse_pytest(output: str) -> dict[str, int]:
+    """Counts from pytest's summary line, or from its progress characters when it was killed."""
+    counts: dict[str, int] = {}
+    lines = output.strip().splitlines()
+    collected = re.search(r"(\d+)(?:/\d+)? tests? collected", output)
+    if collected:
+        counts["collected"] = int(collected.group(1))
+    summary = next((line for line in reversed(lines) if re.search(r"\d+ (passed|failed|skipped|error)", line)), "")
+    for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)", summary):
+        counts["error" if word.startswith("error") else word] = int(number)
+    if not summary:  # killed before its summary: count the progress characters printed so far
+        progress = "".join(re.sub(r"\s*\[\s*\d+%\]$", "", line) for line in lines if re.fullmatch(r"[.sFExX]+(\s*\[\s*\d+%\])?", line))
+        counts.update(passed=progress.count("."), failed=progress.count("F"), skipped=progress.count("s"), error=progress.count("E"))
+    return counts
+
+
+def step_cuda_tests(step: Step) -> None:
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-x", "-p", "no:cacheprovider"]
+    if step.dry_run:  # collect only, and only the files that use the mark (the whole suite's collection is slow)
+        cmd += ["--collect-only", *sorted(str(f.relative_to(REPO)) for f in (REPO / "tests").rglob("test_*.py") if "mark.cuda" in f.read_text())]
+    result = run_command(cmd, step.left())
+    counts = parse_pytest(result["output_tail"])
+    step.record(**counts, **result)
+    if step.dry_run and (result["returncode"] != 0 or not counts.get("collected")):
+        raise RuntimeError("pytest could not collect the cuda tests")
+    if not step.dry_run and (result["timed_out"] or result["returncode"] != 0):
+        raise RuntimeError("pytest timed out" if result["timed_out"] else f"pytest exited {result['returncode']}")
+
+
+def step_throughput(step: Step) -> None:
+    import warnings
+
+    import torch
+    from hdcfl_ray.config.schema import ModelConfig, RuntimeConfig
+    from hdcfl_ray.contract import OptimizerConfig
+    from hdcfl_ray.models import build_split_model
+    from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
+    from hdcfl_ray.runtime.client.local_training import train_locally
+    from hdcfl_ray.runtime.client.precision import autocast
+
+    warnings.filterwarnings("ignore")  # deterministic-kernel notices (ResNet's pooling backward)
+    runtime = RuntimeConfig(num_gpus_per_actor=0.0 if step.dry_run else 1.0)  # a host's defaults: deterministic, no TF32
+    device = choose_device(runtime)
+    configure_cuda(runtime, device)
+    images, batch, warmup = (8, 4, 1) if step.dry_run else (10_000, 32, 20)
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.rand(images, 3, 32, 32, generator=generator).to(device)
+    labels = torch.randint(0, 10, (images,), generator=generator).to(device)
+    config = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def project(model: Any, x: torch.Tensor, y: torch.Tensor, precision: str) -> int:
+        with autocast(precision, device):  # as a client host runs its hooks
+            stats = train_locally(model, x, y, epochs=1, batch_size=batch, optimizer_config=config, generator=torch.Generator().manual_seed(1))
+        return stats.samples_processed
+
+    def plain(model: Any, x: torch.Tensor, y: torch.Tensor, precision: str) -> int:
+        model.encoder.train(), model.head.train()
+        optimizer = torch.optim.SGD([*model.encoder.parameters(), *model.head.parameters()], lr=0.05, momentum=0.9, weight_decay=5e-4)
+        order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(1)).to(device)
+        for start in range(0, x.shape[0], batch):
+            index = order[start : start + batch]
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = torch.nn.functional.cross_entropy(model.head(model.encoder(x[index])), y[index])
+            loss.backward()
+            optimizer.step()
+        return int(x.shape[0])
+
+    results: list[dict[str, Any]] = []
+    step.record(device=str(device), images=images, batch_size=batch, warmup_steps=warmup, results=results,
+                note="one epoch each after warm-up steps; deterministic kernels, no TF32 (the hosts' defaults)")
+    for encoder, precision in [(encoder, precision) for encoder in ENCODERS for precision in ("fp32", "bf16")]:
+        entry: dict[str, Any] = {"encoder": encoder, "precision": precision}
+        try:
+            for name, loop in (("plain", plain), ("project", project)):
+                if step.left() < 5:
+                    raise TimeoutError("skipped: out of time")
+                model = build_split_model(ModelConfig(**ENCODERS[encoder]), in_channels=3, num_classes=10, seed=0).to(device)
+                loop(model, inputs[: warmup * batch], labels[: warmup * batch], precision)
+                sync()
+                started = time.perf_counter()
+                samples = loop(model, inputs, labels, precision)
+                sync()
+                entry[f"{name}_samples_per_s"] = round(samples / (time.perf_counter() - started), 1)
+            entry["ratio_project_over_plain"] = round(entry["project_samples_per_s"] / entry["plain_samples_per_s"], 3)
+        except Exception as error:  # one configuration failing leaves the others measured
+            entry["error"] = f"{type(error).__name__}: {error}"
+        results.append(entry)
+        step.record(results=results)
+    if any("error" in entry for entry in results):
+        raise RuntimeError("; ".join(f"{e['encoder']} {e['precision']}: {e['error']}" for e in results if "error" in e))
+
+
+def step_sharing(step: Step) -> None:
+    import ray
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.logs.table_writer import read_table
+    from hdcfl_ray.runtime.backends.ray_session import start_private_ray
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+    from hdcfl_ray.terminal.live_view import QuietObserver
+
+    hosts_list, clients, per_client, rounds = ((2,), 4, 16, 2) if step.dry_run else ((1, 2, 4, 8), 16, 250, 3)
+    model = {"encoder": "small_cnn", "width": 8, "feature_dim": 16} if step.dry_run else ENCODERS["resnet18_cifar"]
+    step.record(clients=clients, images_per_client=per_client, rounds=rounds, model=model, results=[])
+    start_private_ray(num_cpus=os.cpu_count())
+    results: list[dict[str, Any]] = []
+    try:
+        for hosts in hosts_list:
+            if step.left() < 10:
+                results.append({"hosts": hosts, "error": "skipped: out of time"})
+                continue
+            share = 0.0 if step.dry_run else round(1.0 / hosts, 6)
+            scenario = {
+                "name": f"gpu-check-sharing-{hosts}", "seed": 42,
+                "dataset": {"name": "synthetic", "image_size": 32, "channels": 3, "num_classes": 10,
+                            "train_samples": clients * per_client, "test_samples": max(10, clients * per_client // 5)},
+                "partition": {"kind": "iid", "num_clients": clients}, "model": model, "algorithm": {"name": "fedavg_se"},
+                "protocol": {"rounds": rounds, "participation": 1.0, "local_epochs": 1, "batch_size": 32, "eval_every": rounds},
+                "runtime": {"backend": "ray", "clients_per_actor": clients // hosts, "max_actors": hosts,
+                            "num_cpus_per_actor": 1, "num_gpus_per_actor": share},
+                "checkpoint": {"every": None}, "output": {"dir": str(step.work)},
+            }
+            started = time.perf_counter()
+            run_dir = step.work / f"hosts-{hosts}"
+            run_simulation(prepare_run(build_scenario(scenario)), run_dir, QuietObserver())
+            table = read_table(run_dir, "rounds").sort_by("round").to_pydict()
+            manifest = json.loads((run_dir / "manifest.json").read_text())
+            samples, seconds = table["samples_trained"], table["wall_time_s"]
+            results.append({
+                "hosts": hosts, "gpus_per_host": share, "round_wall_s": [round(s, 3) for s in seconds],
+                "samples_per_s": round(sum(samples) / sum(seconds), 1),
+                "samples_per_s_after_round_1": round(sum(samples[1:]) / sum(seconds[1:]), 1) if len(seconds) > 1 else None,
+                "run_wall_s": round(time.perf_counter() - started, 2),
+                "host_devices": sorted({host["device"] for host in manifest["client_host_hardware"]}),
+            })
+            step.record(results=results)
+    finally:
+        ray.shutdown()
+    if any("error" in entry for entry in results):
+        raise RuntimeError("; ".join(f"{e['hosts']} hosts: {e['error']}" for e in results if "error" in e))
+
+
+def compare_clients_tables(first: Any, second: Any) -> dict[str, Any]:
+    """Whether two clients tables (pyarrow) hold the same bits in every accuracy and loss
+    column, rows matched by (round, client_id); NaN equals NaN of the same bits."""
+    import struct
+
+    def rows(table: Any, columns: list[str]) -> list[tuple[Any, ...]]:
+        data = table.select(["round", "client_id", *columns]).to_pydict()
+        return sorted(zip(*(data[name] for name in ["round", "client_id", *columns])))
+
+    def bits(value: Any) -> Any:
+        return struct.pack("<d", value) if isinstance(value, float) else value
+
+    columns = [name for name in first.column_names if name.startswith(("accuracy", "loss", "train_loss"))]
+    a, b = rows(first, columns), rows(second, columns)
+    differing = [name for i, name in enumerate(columns) if len(a) != len(b) or any(bits(x[i + 2]) != bits(y[i + 2]) for x, y in zip(a, b))]
+    largest = {name: max((abs(x[i + 2] - y[i + 2]) for x, y in zip(a, b) if isinstance(x[i + 2], float) and isinstance(y[i + 2], float)),
+                         default=None) for i, name in enumerate(columns) if name in differing}
+    return {"bit_identical": len(a) == len(b) and not differing, "rows": [len(a), len(b)], "columns_compared": columns,
+            "columns_differing": differing, "largest_difference": largest}
+
+
+def step_bit_identity(step: Step) -> None:
+    from hdcfl_ray.config.loading import load_scenario
+    from hdcfl_ray.logs.table_writer import read_table
+    load_scenario(REPO / QUICKSTART, QUICK_OVERRIDES)  # the exact overrides pass the schema
+    sets = [arg for value in QUICK_OVERRIDES for arg in ("--set", value)]
+    if step.dry_run:
+        step.record(validate=run_command([*cli_command(), "validate", QUICKSTART, *sets, "--set", CPU_SHARE], step.left()))
+        if step.data["validate"]["returncode"] != 0:
+            raise RuntimeError(f"hdcfl-ray validate exited {step.data['validate']['returncode']}")
+        return
+    runs = []
+    for index in (1, 2):
+        result = run_command([*cli_command(), "simulate", QUICKSTART, *sets, "--out", str(step.work / f"run-{index}"), "--quiet"], step.left())
+        runs.append(result)
+        step.record(runs=runs)
+        if result["returncode"] != 0:
+            raise RuntimeError(f"simulate run {index} exited {result['returncode']}")
+    comparison = compare_clients_tables(read_table(step.work / "run-1", "clients"), read_table(step.work / "run-2", "clients"))
+    step.record(**comparison)
+    if not comparison["bit_identical"]:
+        raise RuntimeError(f"two same-seed GPU runs differ in {comparison['columns_differing']}")
+
+
+def step_paper(step: Step) -> None:
+    import pyarrow.parquet as pq
+    from hdcfl_ray.config.loading import load_scenario
+    from hdcfl_ray.logs.table_writer import read_table
+    from hdcfl_ray.runtime.driver import prepare_run
+
+    cifar, looked = find_cifar(step.cifar)
+    step.record(data=str(cifar) if cifar else None, looked_in=looked, overrides=paper_overrides(str(cifar or "CIFAR")))
+    load_scenario(REPO / PAPER, paper_overrides(str(cifar or "/nonexistent")))  # the exact overrides pass the schema
+    if cifar is None:
+        message = f"CIFAR-10 Parquet folder not found (looked in {looked}); pass --cifar PATH or set HDCFL_CIFAR10_PARQUET"
+        if step.dry_run:
+            return step.warn(message)
+        raise FileNotFoundError(message)
+    if step.dry_run:  # the files' columns, then every check simulate makes, on a slice of the data and the CPU
+        step.record(columns={part: pq.read_schema(cifar / f"{part}.parquet").names for part in ("train", "test")})
+        sliced = [*paper_overrides(str(cifar)), CPU_SHARE, "dataset.max_train_samples=2000", "dataset.max_test_samples=1000"]
+        prepare_run(load_scenario(REPO / PAPER, sliced))
+        return
+    sets = [arg for value in paper_overrides(str(cifar)) for arg in ("--set", value)]
+    run_dir = step.work / "paper-run"
+    result = run_command([*cli_command(), "simulate", PAPER, *sets, "--out", str(run_dir), "--quiet"], step.left())
+    step.record(run=result, wall_s=result["seconds"])
+    table = read_table(run_dir, "rounds").sort_by("round").to_pydict()
+    evaluated = [acc for acc, done in zip(table["mean_accuracy"], table["evaluated"]) if done]
+    step.record(rounds=table["round"], round_wall_s=table["wall_time_s"], samples_trained=table["samples_trained"],
+                samples_per_s=[round(n / t, 1) for n, t in zip(table["samples_trained"], table["wall_time_s"])],
+                final_mean_accuracy=evaluated[-1] if evaluated else None)
+    if result["returncode"] != 0:
+        raise RuntimeError(f"simulate exited {result['returncode']}" + (" (timed out)" if result["timed_out"] else ""))
+
+
+STEPS: dict[str, Callable[[Step], None]] = {
+    "machine": step_machine, "cuda_tests": step_cuda_tests, "throughput": step_throughput,
+    "sharing": step_sharing, "bit_identity": step_bit_identity, "paper_rot_two_rounds": step_paper,
+}
+
+
+def child(args: argparse.Namespace) -> int:
+    """Run one step in this process (started by the orchestrator with a timeout)."""
+    step = Step(args.step, Path(args.step_file), args.deadline, args.dry_run, args.cifar)
+    step.record()
+    try:
+        STEPS[args.step](step)
+        step.record(status="dry_run" if args.dry_run else "ok")
+        return 0
+    except Exception as error:
+        step.record(status="failed", error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc()[-2000:])
+        return 1
+    finally:
+        shutil.rmtree(step.work, ignore_errors=True)
+
+
+def default_out() -> Path:
+    return Path(os.environ["OUT"]) / "gpu_check.json" if os.environ.get("OUT") else REPO / "runs/gpu_check/gpu_check.json"
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    """Every chosen step in its own process with its budget; the JSON after each."""
+    out = Path(args.out) if args.out else default_out()
+    budgets = DRY_BUDGETS if args.dry_run else BUDGETS
+    chosen = args.steps.split(",") if args.steps else list(STEPS)
+    unknown = [name for name in chosen if name not in STEPS]
+    if unknown:
+        print(f"error: unknown step(s) {unknown}; steps: {', '.join(STEPS)}", file=sys.stderr)
+        return 2
+    began = time.time()
+    total = sum(budgets.values()) if args.dry_run else TOTAL_BUDGET_S
+    report: dict[str, Any] = {"check": "hdcfl-ray gpu_check", "mode": "dry_run" if args.dry_run else "gpu", "command": " ".join(sys.argv),
+                              "started": dt.datetime.now().isoformat(timespec="seconds"), "total_budget_s": total, "ok": None,
+                              **{name: {"status": "pending" if name in chosen else "not_chosen", "budget_s": budgets[name],
+                                        "dry_run": args.dry_run} for name in STEPS}}
+    write_json(out, report)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+        for name in chosen:
+            budget = min(budgets[name], began + total - time.time() - GRACE_S)
+            no_gpu = not args.dry_run and report["machine"].get("cuda_available") is False
+            if budget < 10 or no_gpu:
+                report[name].update(status="skipped", error="no CUDA GPU" if no_gpu else "out of time (8-minute total)")
+            else:
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--step", name, "--step-file", f"{work}/{name}.json",
+                       "--deadline", str(time.time() + budget), *(["--dry-run"] if args.dry_run else []),
+                       *(["--cifar", args.cifar] if args.cifar else [])]
+                result = run_command(cmd, budget + GRACE_S)
+                record = json.loads(Path(work, f"{name}.json").read_text()) if Path(work, f"{name}.json").is_file() else {}
+                if result["timed_out"] or record.get("status") == "running":
+                    record.update(status="timed_out", error=f"killed after its {budget:.0f} s budget")
+                elif result["returncode"] != 0 and record.get("status") not in ("failed",):
+                    record.update(status="failed", error=f"step process exited {result['returncode']}")
+                if record.get("status") in ("failed", "timed_out"):
+                    record["log_tail"] = result["output_tail"][-1500:]
+                report[name].update(record, seconds=result["seconds"], budget_s=round(budget))
+            write_json(out, report)
+            print(f"[gpu_check] {name}: {report[name]['status']} ({report[name].get('seconds', 0)} s)"
+                  + (f" - {report[name]['error']}" if report[name].get("error") else ""), flush=True)
+            for warning in report[name].get("warnings", []):
+                print(f"[gpu_check]   warning: {warning}", flush=True)
+    passed = "dry_run" if args.dry_run else "ok"
+    report.update(ok=all(report[name]["status"] == passed for name in chosen), finished=dt.datetime.now().isoformat(timespec="seconds"),
+                  wall_s=round(time.time() - began, 1))
+    write_json(out, report)
+    print(f"[gpu_check] {'all steps passed' if report['ok'] else 'some steps did not pass'}; wrote {out}", flush=True)
+    return 0 if report["ok"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dry-run", action="store_true", help="everything but CUDA, tiny sizes, on this machine")
+    parser.add_argument("--out", default=None, help="the JSON (default: $OUT/gpu_check.json, else runs/gpu_check/gpu_check.json)")
+    parser.add_argument("--cifar", default=None, help="the CIFAR-10 Parquet folder (train.parquet, test.parquet)")
+    parser.add_argument("--steps", default=None, help=f"comma-separated subset of: {', '.join(STEPS)}")
+    parser.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # the orchestrator's child processes
+    parser.add_argument("--step-file", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    return child(args) if args.step else orchestrate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

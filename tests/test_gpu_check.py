@@ -1,0 +1,80 @@
+"""benchmarks/gpu_check.sh --dry-run on a machine without a GPU: every step's code path
+runs on the CPU with tiny sizes and the JSON has one record per step, each marked as a
+dry run. Also the pieces the GPU run reads its results with (pytest's counts, the
+bit-for-bit comparison of two clients tables)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import gpu_check  # noqa: E402
+
+STEPS = ["machine", "cuda_tests", "throughput", "sharing", "bit_identity", "paper_rot_two_rounds"]
+
+
+def test_dry_run_writes_every_step(tmp_path: Path) -> None:
+    out = tmp_path / "x.json"
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("OUT", None)
+    completed = subprocess.run(
+        ["bash", str(ROOT / "benchmarks/gpu_check.sh"), "--dry-run", "--no-install", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["mode"] == "dry_run" and report["ok"] is True
+    for step in STEPS:
+        assert report[step]["status"] == "dry_run" and report[step]["dry_run"] is True, (step, report[step])
+    assert (tmp_path / "gpu_check.log").read_text().count("[gpu_check]") >= len(STEPS)
+    assert report["machine"]["cpu"] and "cuda_available" in report["machine"]
+    assert report["cuda_tests"]["collected"] > 0
+    throughput = report["throughput"]["results"]
+    assert {(row["encoder"], row["precision"]) for row in throughput} == {
+        (encoder, precision) for encoder in ("small_cnn", "resnet18_cifar") for precision in ("fp32", "bf16")
+    }
+    assert all(row["project_samples_per_s"] > 0 and row["plain_samples_per_s"] > 0 and row["ratio_project_over_plain"] > 0 for row in throughput)
+    sharing = report["sharing"]["results"]
+    assert sharing and all(row["samples_per_s"] > 0 and row["host_devices"] == ["cpu"] for row in sharing)
+    assert report["bit_identity"]["validate"]["returncode"] == 0
+    paper = report["paper_rot_two_rounds"]
+    # the CIFAR-10 copy may be absent here: then a warning, not a failure
+    assert paper["data"] is not None or any("not found" in warning for warning in paper["warnings"])
+
+
+def test_unknown_step_is_bad_use(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--dry-run", "--steps", "machine,nope", "--out", str(tmp_path / "x.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2 and "nope" in completed.stderr
+
+
+def test_pytest_counts_from_summary_and_from_a_killed_run() -> None:
+    assert gpu_check.parse_pytest("..s.\n3 passed, 1 skipped, 900 deselected in 12.0s\n") == {"passed": 3, "skipped": 1, "deselected": 900}
+    killed = gpu_check.parse_pytest("....F.s [ 24%]\n..\n")
+    assert killed == {"passed": 7, "failed": 1, "skipped": 1, "error": 0}
+    assert gpu_check.parse_pytest("a.py::t[1]\n\n29/948 tests collected (919 deselected) in 7.35s\n")["collected"] == 29
+
+
+def _clients(loss: list[float]) -> pa.Table:
+    return pa.table({"round": [1, 1], "client_id": [1, 0], "host": [0, 1], "accuracy": [0.5, 0.25], "loss": loss, "train_loss": [1.0, float("nan")]})
+
+
+def test_clients_tables_compare_bit_for_bit() -> None:
+    first = _clients([0.1, 0.2])
+    same = pa.table({name: list(reversed(first[name].to_pylist())) for name in first.column_names})  # other row order
+    assert gpu_check.compare_clients_tables(first, same)["bit_identical"] is True
+    moved = gpu_check.compare_clients_tables(first, _clients([0.1, math.nextafter(0.2, 1.0)]))
+    assert moved["bit_identical"] is False and moved["columns_differing"] == ["loss"]
+    assert 0 < moved["largest_difference"]["loss"] < 1e-15
+    assert moved["columns_compared"] == ["accuracy", "loss", "train_loss"]
