@@ -2,8 +2,11 @@
 training loss on a shortened quickstart equal the golden file recorded for this
 machine's arithmetic (CPU vendor and instruction set: tests/bit_reference.py), so
 no change meant to leave results alone can move a CPU number. The Intel file was
-recorded before the GPU-path changes (sync-free loops, foreach optimizer steps,
-device choice); the AMD file from the code that matched it there.
+re-recorded when evaluation started scoring the clients of a shared encoder
+together in fixed 512-image passes (runtime/client/batched_scoring.py: losses
+moved in the last bits, no accuracy moved); the methods that change touched were
+dropped from the AMD file, which keeps APFL, Ditto and Local until it is
+recorded again on an AMD machine.
 
 On a kind of machine with no file of its own (or a method its file does not
 record yet), bits cannot be pinned (MKL rounds

@@ -153,10 +153,17 @@ def _evaluate_clients(
     """Every client scored by HDC-FL's own evaluation, on what it held at that round:
     its latest uploaded head and encoder (the cache); a client that never trained
     holds the initial head, has no own encoder and no membership."""
+    from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch
+
     position_of = {int(k): i for i, k in enumerate(saved.client_ids)}
-    reports = []
+    # scored as the run's hosts score: shared encoders together (batched_scoring.py)
+    batch = EvaluationBatch(host.model, host.encoder_index, host.head_index)
+    if host.scenario.runtime.batched_evaluation:
+        batch.share(saved.global_encoder)
+        batch.share(prototypes)
+    evaluated = []
     for client_id in range(num_clients):
-        ctx = host.context(client_id, saved.round_index)
+        ctx = host.context(client_id, saved.round_index, evaluation_batch=batch)
         position = position_of.get(client_id)
         cached = position is not None
         result = hdcfl_evaluation(
@@ -169,5 +176,6 @@ def _evaluate_clients(
             group=summary.group_labels[client_id] if cached else None,
             mix=mix,
         )
-        reports.append(EvalReport(client_id=client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result))
-    return reports
+        evaluated.append((client_id, int(ctx.test_data()[1].shape[0]), result))
+    batch.flush()
+    return [EvalReport(client_id=k, num_test_samples=n, result=batch.resolve(result)) for k, n, result in evaluated]

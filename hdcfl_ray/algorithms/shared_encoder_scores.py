@@ -1,5 +1,4 @@
-"""How a shared-encoder client is scored at evaluation (spec/hdcfl.md, "Evaluation
-references"): (a) the global encoder + own head, (b) the client's own cached
+"""How a shared-encoder client is scored at evaluation (docs/hdcfl.md): (a) the global encoder + own head, (b) the client's own cached
 encoder + own head, (c) HDC-FL's personalised mixture + own head.
 
 FedAvg-SE's and HDC-FL's client hooks score through these functions, and so does
@@ -35,8 +34,20 @@ def shared_encoder_scores(
 def personalised_score(
     scorer: Scorer, head: np.ndarray, global_encoder: np.ndarray, prototypes: np.ndarray, membership: np.ndarray, mix: float
 ) -> EvalStats:
-    """Reference (c): phi_k = (1 - mix) * global + mix * sum_g membership[g] * prototypes[g], with the own head."""
-    mixture = personalised_encoder(global_encoder, prototypes, membership, mix)
+    """Reference (c): phi_k = (1 - mix) * global + mix * sum_g membership[g] * prototypes[g], with the own head.
+
+    A hard (one-hot) membership gives every client of its group the same mixture:
+    it is built once per evaluation call and its clients are scored together."""
+    def build() -> np.ndarray:
+        return personalised_encoder(global_encoder, prototypes, membership, mix)
+
+    row = np.asarray(membership)
+    shared_array = getattr(scorer, "shared_array", None)
+    if shared_array is not None and np.count_nonzero(row) == 1:
+        # the call's broadcast objects stay alive through it, so their ids name them
+        mixture = shared_array(("hdcfl_mixture", id(global_encoder), id(prototypes), int(np.argmax(row)), float(mix)), build)
+    else:
+        mixture = build()
     return scorer.score(ModelParams(mixture), head=head)
 
 

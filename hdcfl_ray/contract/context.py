@@ -7,7 +7,7 @@ This module imports no torch at run time: tensor types appear in annotations onl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Hashable, Protocol
 
 import numpy as np
 
@@ -97,7 +97,18 @@ class ClientContext(Protocol):
         """Train the loaded model with the protocol's optimizer (fresh state) and batch size."""
 
     def score(self, params: ModelParams | None = None, head: np.ndarray | None = None, data: TensorPair | None = None) -> EvalStats:
-        """Accuracy and loss on the client's test set (or `data`) of the given (or loaded) model."""
+        """Accuracy and loss on the client's test set (or `data`) of the given (or loaded) model.
+
+        In `evaluate`, the score of a shared encoder (a broadcast object, or an array
+        from `shared_array`) on the test set is computed later, together with the
+        host's other clients: it reads like EvalStats (reading a field computes it at
+        once), and `score(params)` then does not leave `params` loaded."""
+
+    def shared_array(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """An encoder derived from broadcast objects that several clients score with
+        (e.g. one mixture per group): built once per evaluation call for every client
+        passing an equal `key`, so that its clients are scored together. The key
+        must determine the array (include the inputs' identities and settings)."""
 
     def per_sample_losses(self, params: ModelParams, data: TensorPair | None = None, head: np.ndarray | None = None) -> np.ndarray:
         """Cross-entropy of every sample (eval mode, no grad)."""

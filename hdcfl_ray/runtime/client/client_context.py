@@ -6,7 +6,7 @@ touch Ray."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Hashable
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
 from hdcfl_ray.runtime.client.local_training import evaluate, restricted_predictions, train_locally
+
+if TYPE_CHECKING:
+    from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch, PendingScore
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
 # extra loss term added to each batch's cross-entropy (e.g. a proximal pull)
@@ -32,13 +35,25 @@ class HostClientContext:
     encoder_index: FlatIndex
     head_index: FlatIndex
     protocol: ProtocolConfig
-    generator: torch.Generator
+    # the batch-order generator for this round, or a function that makes it on first use
+    # (seeding one costs more than scoring a small client, and evaluation never needs it)
+    generator: torch.Generator | Callable[[], torch.Generator]
     _train_data: Callable[[], TensorPair]
     _test_data: Callable[[], TensorPair]
     _raw_train: Callable[[], tuple[np.ndarray, np.ndarray]]
+    # the classes of the client's training labels (the host caches them per client)
+    _own_classes: Callable[[], torch.Tensor] | None = None
+    # set during a host's evaluation call: `score` then defers to it (batched_scoring.py)
+    _evaluation_batch: EvaluationBatch | None = None
     # training work done through this context (every `train` call, plus `count_training`)
     _samples_trained: int = field(default=0, init=False)
     _steps_trained: int = field(default=0, init=False)
+
+    def batch_generator(self) -> torch.Generator:
+        """The client's batch-order generator for this round."""
+        if not isinstance(self.generator, torch.Generator):
+            self.generator = self.generator()
+        return self.generator
 
     # ---- budget ----
     @property
@@ -68,6 +83,8 @@ class HostClientContext:
 
     def own_classes(self) -> torch.Tensor:
         """The classes present in the client's training data (sorted), on its device."""
+        if self._own_classes is not None:
+            return self._own_classes()
         return torch.unique(self.train_data()[1])
 
     def numpy_rng(self, stream: int = 0) -> np.random.Generator:
@@ -108,7 +125,7 @@ class HostClientContext:
             epochs=self.protocol.local_epochs if epochs is None else epochs,
             batch_size=self.protocol.batch_size,
             optimizer_config=optimizer or self.protocol.optimizer,
-            generator=self.generator,
+            generator=self.batch_generator(),
             train_head=train_head,
             train_encoder=train_encoder,
             regulariser=regulariser,
@@ -117,12 +134,34 @@ class HostClientContext:
         self.count_training(stats.samples_processed, stats.steps)
         return stats
 
-    def score(self, params: ModelParams | None = None, head: np.ndarray | None = None, data: TensorPair | None = None) -> EvalStats:
-        """Accuracy and loss on the client's test set (or `data`) of the given (or loaded) model."""
+    def score(
+        self, params: ModelParams | None = None, head: np.ndarray | None = None, data: TensorPair | None = None
+    ) -> EvalStats | PendingScore:
+        """Accuracy and loss on the client's test set (or `data`) of the given (or loaded) model.
+
+        Inside a host's evaluation call, scoring given weights on the test set is
+        batched with the host's other clients: the value is a `PendingScore` that
+        reads like EvalStats, and the model is left as it was (call `load` to train
+        or score the loaded model afterwards)."""
+        if params is not None and data is None and self._evaluation_batch is not None:
+            head_vector = head if head is not None else params.head
+            if head_vector is None:
+                raise ValueError("no head given: pass params with a head or head=...")
+            inputs, labels = self.test_data()
+            return self._evaluation_batch.defer(params.encoder, head_vector, inputs, labels, self.own_classes())
         if params is not None:
             self.load(params, head)
         inputs, labels = data if data is not None else self.test_data()
         return evaluate(self.model, inputs, labels, own_classes=self.own_classes())
+
+    def shared_array(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """An encoder derived from broadcast objects that many clients of a host score
+        with (e.g. one mixture per group): made once per evaluation call for all
+        clients passing the same `key`, and scored together with them. Outside an
+        evaluation call it is simply `build()`."""
+        if self._evaluation_batch is None:
+            return build()
+        return self._evaluation_batch.shared_array(key, build)
 
     @torch.no_grad()
     def per_sample_losses(self, params: ModelParams, data: TensorPair | None = None, head: np.ndarray | None = None) -> np.ndarray:

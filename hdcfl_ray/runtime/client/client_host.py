@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from hdcfl_ray.data.partitions.client_data import ClientData
     from hdcfl_ray.models import SplitModel
+    from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch
     from hdcfl_ray.runtime.client.client_context import HostClientContext
 
 # torch and everything built on it are imported inside the methods: Ray imports this
@@ -128,6 +129,9 @@ class ClientHost:
         # the latest state this host produced or was given per client (for inspection and tests)
         self.client_states: dict[int, Any] = dict(self.initial_states)
         self.tensors = TensorCache(max_bytes=cache_bytes)
+        self._own_classes_by_client: dict[int, torch.Tensor] = {}
+        # runtime.batched_evaluation: clients sharing an encoder are scored together
+        self.batched_evaluation = scenario.runtime.batched_evaluation
         # New on every (re)start: lets the server tell a restarted host from the one it knew.
         self._generation = uuid.uuid4().hex
 
@@ -208,27 +212,42 @@ class ClientHost:
 
         return seeding.int_seed(self.scenario.seed, "feature_shift", client.client_id, 0 if split == "train" else 1)
 
-    def context(self, client_id: int, round_index: int) -> HostClientContext:
+    def _own_classes(self, client: ClientData) -> torch.Tensor:
+        """The sorted classes of the client's training labels, on the host's device, read
+        from the stored labels once (scoring must not build the training tensors)."""
+        import torch
+
+        classes = self._own_classes_by_client.get(client.client_id)
+        if classes is None:
+            labels = np.asarray(self.train_labels[client.train_indices])
+            classes = torch.as_tensor(np.unique(labels), dtype=torch.long, device=self.device)
+            self._own_classes_by_client[client.client_id] = classes
+        return classes
+
+    def context(self, client_id: int, round_index: int, evaluation_batch: EvaluationBatch | None = None) -> HostClientContext:
         from hdcfl_ray.data.transforms import shift_uint8
         from hdcfl_ray.runtime.client.client_context import HostClientContext
         from hdcfl_ray.runtime.client.local_training import client_generator
 
         client = self.clients[client_id]
+        seed = self.scenario.seed
         return HostClientContext(
             client_id=client_id,
             round_index=round_index,
-            seed=self.scenario.seed,
+            seed=seed,
             model=self.model,
             encoder_index=self.encoder_index,
             head_index=self.head_index,
             protocol=self.scenario.protocol,
-            generator=client_generator(self.scenario.seed, client_id, round_index),
+            generator=lambda: client_generator(seed, client_id, round_index),
             _train_data=lambda: self._split_tensors(client, "train"),
             _test_data=lambda: self._split_tensors(client, "test"),
             _raw_train=lambda: (
                 shift_uint8(self.train_images[client.train_indices], client.shift, self._shift_seed(client, "train")),
                 np.asarray(self.train_labels[client.train_indices]),
             ),
+            _own_classes=lambda: self._own_classes(client),
+            _evaluation_batch=evaluation_batch,
         )
 
     @staticmethod
@@ -291,13 +310,26 @@ class ClientHost:
     def evaluate(
         self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any], final: bool
     ) -> tuple[str, list[EvalReport]]:
-        reports = []
-        for job in jobs:
-            task = self._resolved_task(job.task)
-            ctx = self.context(job.client_id, round_index)
-            with self._precision_scope():
-                result = self.algorithm.evaluate(ctx, self._state(job.client_id, job.state), task, self._objects(object_refs, task), final)
-            reports.append(
-                EvalReport(client_id=job.client_id, num_test_samples=int(ctx.test_data()[1].shape[0]), result=result, budget=ctx.budget)
-            )
+        """Each job's evaluation. Scores of shared encoders are computed together once
+        every job has been seen (batched_scoring.py); each broadcast object is read
+        once for all jobs, so clients given the same object score in one group."""
+        from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch
+
+        batch = EvaluationBatch(self.model, self.encoder_index, self.head_index)
+        objects = {name: _resolve(ref) for name, ref in object_refs.items()}
+        if self.batched_evaluation:
+            for value in objects.values():
+                batch.share(value)
+        evaluated = []
+        with self._precision_scope():
+            for job in jobs:
+                task = self._resolved_task(job.task)
+                ctx = self.context(job.client_id, round_index, evaluation_batch=batch)
+                result = self.algorithm.evaluate(ctx, self._state(job.client_id, job.state), task, {name: objects[name] for name in task.models}, final)
+                evaluated.append((job.client_id, int(ctx.test_data()[1].shape[0]), result, ctx.budget))
+            batch.flush()
+        reports = [
+            EvalReport(client_id=client_id, num_test_samples=num_test, result=batch.resolve(result), budget=budget)
+            for client_id, num_test, result, budget in evaluated
+        ]
         return self._generation, reports
