@@ -66,8 +66,20 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
         values = {metric: _float(final.get(metric)) for metric in METRICS}
         values.update(run_budget(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
+        values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest)))
     return records
+
+
+def evaluated_fraction(final_round: dict[str, object], scenario: dict[str, object]) -> float:
+    """The share of the federation the final evaluation scored (1.0 unless
+    `protocol.eval_clients` sampled it; 1.0 for runs logged before the column)."""
+    evaluated = final_round.get("num_evaluated")
+    partition = scenario.get("partition")
+    num_clients = partition.get("num_clients") if isinstance(partition, dict) else None
+    if not isinstance(evaluated, int) or not isinstance(num_clients, int) or num_clients <= 0:
+        return 1.0
+    return evaluated / num_clients
 
 
 def final_membership_entropy(run: RunRecord, round_index: int) -> float:

@@ -1,6 +1,6 @@
 """Warnings a report prints on a row itself, so that a table copied into a paper
 carries them: a clustered method that collapsed, a method far below Local, a
-row with fewer seeds than the others.
+row with fewer seeds than the others, figures scored on a sample of the clients.
 
 Each flag follows a stated rule over the runs behind the row (FLAG_RULES), and
 every table that shows a flagged row repeats the rules in its note."""
@@ -23,6 +23,7 @@ FLAG_RULES = {
     "worst client 0%": "the worst client scored 0% in at least one seed",
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
     "fewer seeds": "fewer seeds than the most any method has in this setting",
+    "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
 }
 
 
@@ -46,6 +47,9 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
             found.append("below Local")
         if len(runs) < most_seeds[setting]:
             found.append(f"fewer seeds ({len(runs)} of {most_seeds[setting]})")
+        sampled = [_value(r, "evaluated_fraction") for r in runs if _value(r, "evaluated_fraction") < 1.0]
+        if sampled:
+            found.append(f"sampled evaluation ({100 * min(sampled):.3g}% of the clients)")
         if found:
             flags[(setting, method)] = found
     return flags

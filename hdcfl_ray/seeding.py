@@ -33,6 +33,7 @@ STREAM_TAGS: dict[str, int] = {
     "validation_split": 0x7A11,  # which training images each client holds out for validation (keys: client)
     "feature_shift": 0xFE5F,  # the noise of a client's feature shift (keys: client, split 0 train / 1 test)
     "pretrain": 0x97E7,  # `hdcfl-ray pretrain`'s batch order and rotations (keys: epoch)
+    "eval_clients": 0xE7A1,  # the clients protocol.eval_clients scores at every evaluated round (no keys)
 }
 
 

@@ -391,6 +391,11 @@ class ProtocolConfig(Section):
     eval_every: int = Field(
         1, ge=1, description="evaluate every client every N rounds (and at the last round and each refresh)"
     )
+    eval_clients: Literal["all"] | int | float = Field(
+        "all",
+        description="the clients scored at evaluation rounds: all, a fraction in (0, 1] or a count; a sample is "
+        "drawn once from the seed and scored at every evaluated round, and reports mark figures from a sample",
+    )
     eval_local_reference: bool = Field(
         True,
         description="shared-encoder methods also score each client's own last-trained encoder (the 'local' "
@@ -404,6 +409,22 @@ class ProtocolConfig(Section):
     asynchronous: AsyncConfig = Field(
         AsyncConfig(), description="used when mode: async (the methods that declare asynchronous=True, e.g. fedavg, fedavg_se, hdcfl)"
     )
+
+    @field_validator("eval_clients", mode="before")
+    @classmethod
+    def _eval_clients_not_a_flag(cls, value: object) -> object:
+        if isinstance(value, bool):  # YAML's yes/true would otherwise read as the count 1
+            raise ValueError("must be all, a fraction in (0, 1] or a client count >= 1, not true/false")
+        return value
+
+    @field_validator("eval_clients")
+    @classmethod
+    def _eval_clients_range(cls, value: str | float | int) -> str | float | int:
+        if isinstance(value, float) and not 0.0 < value <= 1.0:
+            raise ValueError("not a fraction in (0, 1]; use all, a fraction such as 0.1 or an integer count of clients")
+        if isinstance(value, int) and value < 1:
+            raise ValueError("use all, a count of clients >= 1 or a fraction in (0, 1]")
+        return value
 
     @field_validator("participation")
     @classmethod
@@ -453,6 +474,12 @@ class RuntimeConfig(Section):
         "fp32",
         description="local training's arithmetic: fp32 (bit-stable default); bf16 or fp16 (CUDA only) autocast with "
         "float32 weights and aggregation; auto = bf16 where the CPU/GPU runs it natively, else fp32",
+    )
+    batched_evaluation: bool = Field(
+        True,
+        description="score the clients that share an encoder (a global or cluster model, a hard group's mixture) "
+        "together, each with its own head, in 512-image forward passes; false = one client at a time (slow at "
+        "thousands of clients; losses differ in the last bits)",
     )
     cuda_deterministic: bool = Field(
         True,
@@ -535,6 +562,12 @@ class Scenario(Section):
             raise ValueError(
                 f"protocol.participation: {participation} clients per round is more than "
                 f"partition.num_clients = {self.partition.num_clients}"
+            )
+        eval_clients = self.protocol.eval_clients
+        if isinstance(eval_clients, int) and eval_clients > self.partition.num_clients:
+            raise ValueError(
+                f"protocol.eval_clients: {eval_clients} clients is more than partition.num_clients = "
+                f"{self.partition.num_clients} (use all, or a count up to {self.partition.num_clients})"
             )
         stragglers = self.protocol.stragglers
         if stragglers.policy == "drop" and stragglers.deadline is None:

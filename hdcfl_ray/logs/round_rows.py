@@ -74,6 +74,7 @@ def evaluation_columns(client_rows: list[dict[str, Any]], true_groups: np.ndarra
     local = _column(client_rows, "accuracy_local")
     groups = [r["group"] for r in client_rows if r["group"] is not None]
     return {
+        "num_evaluated": len(client_rows),
         "mean_accuracy": headline["mean"],
         "worst_accuracy": headline["worst"],
         "bottom20_accuracy": headline["bottom20"],

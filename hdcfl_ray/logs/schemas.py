@@ -33,6 +33,7 @@ ROUNDS_SCHEMA = pa.schema(
     [
         ("round", pa.int32()),
         ("evaluated", pa.bool_()),
+        ("num_evaluated", pa.int32()),
         ("num_participants", pa.int32()),
         ("num_rejected", pa.int32()),
         ("num_dropped", pa.int32()),

@@ -329,6 +329,16 @@ def _report_damaged_checkpoints(search: CheckpointSearch, observer: RunObserver 
         )
 
 
+def _evaluation_facts(prepared: PreparedRun) -> dict[str, Any]:
+    """How many clients each evaluated round scores (protocol.eval_clients): the
+    sampled ids are the clients table's rows of any evaluated round."""
+    from hdcfl_ray.runtime.server.sampling import evaluation_sample
+
+    num_clients = prepared.partition.num_clients
+    scored = len(evaluation_sample(num_clients, prepared.scenario.protocol.eval_clients, prepared.scenario.seed))
+    return {"clients_scored": scored, "num_clients": num_clients, "sampled": scored < num_clients}
+
+
 def _run_with(
     start_backend: Callable[[], LocalBackend | RayBackend],
     prepared: PreparedRun,
@@ -347,6 +357,7 @@ def _run_with(
             "status": "running",
             "dataset": _dataset_facts(prepared),
             "initialisation": initialisation_facts(prepared.scenario),  # seeded, or which pretrained file
+            "evaluation": _evaluation_facts(prepared),
             **scenario_record(prepared.scenario),  # what --resume compares the scenario on disk with
         }
         if resume:

@@ -38,6 +38,7 @@ ARITHMETIC_KEYS = (
     "runtime.cuda_deterministic",
     "runtime.cuda_tf32",
     "runtime.torch_threads",
+    "runtime.batched_evaluation",
     "runtime.num_gpus_per_actor",
 )
 REPLACE_OPTION = "--replace-changed"

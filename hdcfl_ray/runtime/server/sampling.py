@@ -20,6 +20,18 @@ def select_clients(num_clients: int, clients_per_round: int, seed: int, round_in
     return sorted(pool[int(i)] for i in chosen)
 
 
+def evaluation_sample(num_clients: int, eval_clients: str | float | int, seed: int) -> tuple[int, ...]:
+    """The clients scored at every evaluated round (`protocol.eval_clients`), in id
+    order: all of them, or a sample of a count or fraction drawn once from the seed."""
+    if eval_clients == "all":
+        return tuple(range(num_clients))
+    count = eval_clients if isinstance(eval_clients, int) else max(1, round(float(eval_clients) * num_clients))
+    if count >= num_clients:
+        return tuple(range(num_clients))
+    chosen = seeding.rng(seed, "eval_clients").choice(num_clients, size=count, replace=False)
+    return tuple(sorted(int(client_id) for client_id in chosen))
+
+
 def available_clients(num_clients: int, availability: AvailabilityConfig, seed: int, round_index: int) -> list[int]:
     if availability.kind == "always":
         return list(range(num_clients))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hdcfl_ray.config.schema import ProtocolConfig
+from hdcfl_ray.runtime.server.sampling import evaluation_sample
 from hdcfl_ray.runtime.server.virtual_clock import ClientProfile, client_profiles
 
 
@@ -18,6 +19,13 @@ class ServerSettings:
     protocol: ProtocolConfig
     client_train_sizes: tuple[int, ...]
     profiles: tuple[ClientProfile, ...]
+    # the clients every evaluated round scores (protocol.eval_clients), in id order
+    eval_client_ids: tuple[int, ...]
+
+    @property
+    def eval_sampled(self) -> bool:
+        """Whether evaluation scores a sample rather than every client."""
+        return len(self.eval_client_ids) < self.num_clients
 
     @property
     def rounds(self) -> int:
@@ -33,4 +41,5 @@ def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
         protocol=scenario.protocol,
         client_train_sizes=tuple(client.num_train for client in partition.clients),
         profiles=tuple(client_profiles(scenario.protocol.system, partition.num_clients, scenario.seed)),
+        eval_client_ids=evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed),
     )

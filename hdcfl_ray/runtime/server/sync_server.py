@@ -156,9 +156,10 @@ class FederatedServer:
         )
 
     def evaluate_clients(self, round_index: int, final: bool) -> list[EvalReport]:
-        """Every client's evaluation, in client-id order (`close_round` decides when)."""
+        """The evaluation of every client in `protocol.eval_clients` (all by default), in
+        client-id order (`close_round` decides when)."""
         object_refs = self._put_broadcast(round_index)
-        tasks = {k: self.algorithm.evaluation_task(self.state, round_index, k, final) for k in range(self.num_clients)}
+        tasks = {k: self.algorithm.evaluation_task(self.state, round_index, k, final) for k in self.settings.eval_client_ids}
         calls = {}
         for host_index, jobs in self._jobs_per_host(tasks).items():
             needed = {name: object_refs[name] for name in {name for job in jobs for name in job.task.models}}
