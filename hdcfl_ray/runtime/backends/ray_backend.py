@@ -1,13 +1,26 @@
-"""The Ray backend: client host actors packed with logical clients and a server actor
+"""The Ray backend: client host actors packed with logical clients, and their server,
 on the cluster a `RaySession` is joined to.
 
 It puts the dataset in the object store once, starts the hosts (each from a
-`HostSpec`, which the server keeps to replace a host that dies) and the server
-actor, and forwards the driver's calls to the server. Imported only for a Ray run.
+`HostSpec`, which the server keeps to replace a host that dies) and the server,
+and forwards the driver's calls to the server. Imported only for a Ray run.
+
+Where the server runs (`server_in_driver`): a run in the process's main thread
+hosts it in the driver, a plain `FederatedServer` reaching the host actors
+through `RayTransport`, as a server actor would. The driver is a Ray worker
+like an actor (it owns the refs of the clients' states, which outlive any
+host), and the server is a pure function of its inputs, so the results are
+the same bits; what it saves is an actor process (a Ray worker, the server's
+imports, ~150 MB) started beside the hosts on a run's critical path, and a
+round trip per driver call. A server actor remains for a run in a worker
+thread (a sweep's: it polls for stop signals between waits, which the main
+thread receives) and for a driver joined through Ray Client (`ray://`), whose
+traffic to the hosts would cross the client link.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import uuid
 from typing import Any
@@ -29,7 +42,8 @@ from hdcfl_ray.runtime.server.settings import ServerSettings, build_server_setti
 
 
 class RayBackend:
-    """Client host actors and a server actor on the Ray cluster `session` is joined to."""
+    """Client host actors, and their server (in this process or an actor), on the Ray
+    cluster `session` is joined to."""
 
     name: Backend = "ray"
 
@@ -45,15 +59,24 @@ class RayBackend:
         initial = initial_parameters(scenario, prepared.dataset)
         independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
         self.hosts, self._host_spec = start_hosts(prepared, self.client_hosts, self.num_hosts, algorithm, initial)
-        self.server = start_server(
-            build_server_settings(scenario, prepared.partition), algorithm, self.hosts, self.client_hosts, initial, independent,
-            self._host_spec, scenario.runtime.max_restarts,
-        )
-        wait_until_ready(self.hosts, self.server)
+        settings = build_server_settings(scenario, prepared.partition)
+        self.server_in_driver = server_in_driver(scenario.runtime.address)
+        if self.server_in_driver:
+            wait_until_ready(self.hosts)
+            self.server = driver_server(
+                settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts
+            )
+        else:
+            self.server = start_server(
+                settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts
+            )
+            wait_until_ready(self.hosts, self.server)
         self.fetch = ray.get
         self.put = ray.put
 
     def call(self, method: str, *args: Any) -> Any:
+        if self.server_in_driver:  # the main thread: a stop signal raises inside the server's waits
+            return getattr(self.server, method)(*args)
         result = getattr(self.server, method).remote(*args)
         if threading.current_thread() is threading.main_thread():
             return ray.get(result)  # a stop signal raises here (interrupts.stop_signals)
@@ -76,12 +99,16 @@ class RayBackend:
         return {"backend": "ray", **self.session.describe(), "torch_threads_per_host": torch_threads_per_host(self.host_runtime)}
 
     def close(self) -> None:
-        try:
-            # a run stopped by a signal does not wait for the server's round to end
-            replacements = ray.get(self.server.host_handles.remote(), timeout=2.0 if received() is not None else None)
-        except Exception:  # the server is gone (or busy, when stopped): kill what we know of
-            replacements = []
-        for actor in [self.server, *replacements, *self.hosts]:
+        if self.server_in_driver:
+            actors = [*self.server.host_handles(), *self.hosts]
+        else:
+            try:
+                # a run stopped by a signal does not wait for the server's round to end
+                replacements = ray.get(self.server.host_handles.remote(), timeout=2.0 if received() is not None else None)
+            except Exception:  # the server is gone (or busy, when stopped): kill what we know of
+                replacements = []
+            actors = [self.server, *replacements, *self.hosts]
+        for actor in actors:
             ray.kill(actor)
         self._host_spec = None
 
@@ -115,9 +142,41 @@ def start_hosts(
     return hosts, spec
 
 
-def wait_until_ready(hosts: list, server) -> None:
+def wait_until_ready(hosts: list, server=None) -> None:
     """Block until every actor is constructed, so construction errors surface before round 1."""
-    ray.get([host.client_ids.remote() for host in hosts] + [server.host_handles.remote()])
+    ray.get([host.client_ids.remote() for host in hosts] + ([server.host_handles.remote()] if server is not None else []))
+
+
+def server_in_driver(address: str | None) -> bool:
+    """The driver hosts the server in a run on the main thread, not joined through Ray
+    Client (the module docstring says why)."""
+    return threading.current_thread() is threading.main_thread() and not (address or "").startswith("ray://")
+
+
+def driver_server(
+    settings: ServerSettings,
+    algorithm: Method,
+    hosts: list,
+    client_hosts: dict[int, int],
+    initial: ModelParams,
+    independent: list[ModelParams],
+    host_spec: HostSpec,
+    max_replacements: int,
+):
+    """The server in this process, reaching the host actors through Ray. It gets its own
+    copies of the method and the initial weights, as a server actor gets them
+    through the object store: the host spec keeps the originals to rebuild hosts
+    from, and the server's state must never share arrays with them."""
+    from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
+    from hdcfl_ray.runtime.server.sync_server import FederatedServer
+    from hdcfl_ray.runtime.server.transport import RayTransport
+
+    server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer
+    algorithm, initial, independent, settings = copy.deepcopy((algorithm, initial, independent, settings))
+    return server_class(
+        algorithm, hosts, client_hosts, initial, independent, settings,
+        transport=RayTransport(), host_spawner=host_spec, max_replacements=max_replacements,
+    )
 
 
 def start_server(

@@ -43,19 +43,29 @@ class RayTransport:
         return getattr(host, method).remote(*args)
 
     def as_completed_refs(self, handles: list[Any]) -> list[tuple[Any, Any]]:
-        """(ref, value) in the order they finish; a task whose actor died gives its
-        error as the value (the caller recovers), any other error is raised."""
+        """(ref, value) in the order they finish (those found done together in the order
+        given); a task whose actor died gives its error as the value (the caller
+        recovers), any other error is raised."""
         import ray
 
         results, waiting = [], list(handles)
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=1)
+            if waiting:  # and every other one already done: one wait and one get for a batch, not one each
+                more, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0)
+                done += more
             try:
-                results.append((done[0], ray.get(done[0])))
-            except Exception as error:
-                if not self.is_actor_failure(error):
-                    raise
-                results.append((done[0], error))
+                values = ray.get(done)
+            except Exception:  # one of them failed: take them one by one to tell which
+                values = []
+                for ref in done:
+                    try:
+                        values.append(ray.get(ref))
+                    except Exception as error:
+                        if not self.is_actor_failure(error):
+                            raise
+                        values.append(error)
+            results.extend(zip(done, values))
         return results
 
     def is_actor_failure(self, error: BaseException) -> bool:
