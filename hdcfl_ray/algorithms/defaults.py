@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, RoundNotes
+from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, RoundNotes, never_probes
 
 
 @dataclass
@@ -25,6 +25,7 @@ class AlgorithmDefaults:
     def select(self, state: Any, round_index: int, sampled: list[int], online: list[int]) -> list[int]:
         return sampled
 
+    @never_probes
     def probe_task(self, state: Any, round_index: int, client_id: int) -> ClientTask | None:
         return None
 

@@ -65,6 +65,21 @@ class Method(Protocol):
     def evaluate(self, ctx: ClientContext, state: Any, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult: ...
 
 
+HookT = TypeVar("HookT", bound=Callable[..., Any])
+
+
+def never_probes(hook: HookT) -> HookT:
+    """Marks a `probe_task` that returns None for every client: the server then does
+    not ask it about each of the K clients every round."""
+    hook.never_probes = True  # type: ignore[attr-defined]
+    return hook
+
+
+def asks_for_probes(method: Method) -> bool:
+    """Whether a method's `probe_task` may return a task (it is not marked `never_probes`)."""
+    return not getattr(method.probe_task, "never_probes", False)
+
+
 class AsyncHooks(Protocol):
     """What a method declared `asynchronous=True` adds: the runtime mixes one update
     (FedAsync) or a buffer of updates (FedBuff) into one shared vector."""

@@ -76,7 +76,7 @@ class AsyncFederatedServer(FederatedServer):
     # ---- dispatch ----
     def _idle_clients(self) -> list[int]:
         online = available_clients(self.num_clients, self.settings.protocol.availability, self.seed, self.dispatches + 1)
-        return [k for k in online if k not in self.in_flight and self.settings.profiles[k].is_available(self.virtual_time)]
+        return [k for k in self.settings.available_at(online, self.virtual_time) if k not in self.in_flight]
 
     def _dispatch(self, client_id: int) -> None:
         self.dispatches += 1

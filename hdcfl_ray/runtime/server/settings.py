@@ -4,7 +4,10 @@ client's profile on the virtual clock, taken from a scenario and its partition."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 from hdcfl_ray.config.schema import ProtocolConfig
 from hdcfl_ray.runtime.server.sampling import evaluation_sample
@@ -21,6 +24,26 @@ class ServerSettings:
     profiles: tuple[ClientProfile, ...]
     # the clients every evaluated round scores (protocol.eval_clients), in id order
     eval_client_ids: tuple[int, ...]
+
+    @cached_property
+    def _availability_windows(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each client's (available_from, available_until), or None when every client
+        is available at all times (no trace): the common case costs nothing per round."""
+        starts = np.array([profile.available_from for profile in self.profiles], dtype=np.float64)
+        ends = np.array([profile.available_until for profile in self.profiles], dtype=np.float64)
+        if not starts.any() and np.isinf(ends).all():
+            return None
+        return starts, ends
+
+    def available_at(self, clients: list[int], virtual_time: float) -> list[int]:
+        """The clients of `clients` whose availability window holds `virtual_time`."""
+        windows = self._availability_windows
+        if windows is None:
+            return clients
+        starts, ends = windows
+        chosen = np.asarray(clients, dtype=np.int64)
+        keep = (starts[chosen] <= virtual_time) & (virtual_time < ends[chosen])
+        return chosen[keep].tolist()
 
     @property
     def eval_sampled(self) -> bool:

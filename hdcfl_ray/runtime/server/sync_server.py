@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hdcfl_ray.contract import ClientTask, Method, ModelParams, Upload
+from hdcfl_ray.contract import ClientTask, Method, ModelParams, Upload, asks_for_probes
 from hdcfl_ray.runtime.server.host_pool import HostPool
 from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
@@ -48,6 +48,8 @@ class FederatedServer:
         self._encoder_size = int(initial.encoder.shape[0])
         self.virtual_time = 0.0
         self.pool = HostPool(hosts, client_hosts, self.transport, spawner=host_spawner, max_replacements=max_replacements)
+        # a method without a probe hook of its own is not asked about every client every round
+        self._probes = asks_for_probes(algorithm)
 
     def encoder_size(self) -> int:
         """Floats in the encoder vector (for the manifest)."""
@@ -92,11 +94,7 @@ class FederatedServer:
         settings = self.settings
         protocol = settings.protocol
         round_start = self.virtual_time
-        online = [
-            k
-            for k in available_clients(self.num_clients, protocol.availability, self.seed, round_index)
-            if settings.profiles[k].is_available(round_start)
-        ]
+        online = settings.available_at(available_clients(self.num_clients, protocol.availability, self.seed, round_index), round_start)
         wanted = min(settings.clients_per_round, len(online))
         sampled = select_clients(
             self.num_clients, selection_size(settings.clients_per_round, protocol.stragglers, len(online)), self.seed, round_index, online
@@ -104,7 +102,11 @@ class FederatedServer:
         if not online:
             events.append("no client is available this round; the global state is unchanged")
 
-        probe_tasks = {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
+        probe_tasks = (
+            {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
+            if self._probes
+            else {}
+        )
         if probe_tasks:
             object_refs = self._put_broadcast(round_index)
             answers = self.pool.call_per_host(
