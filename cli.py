@@ -6,6 +6,7 @@ during the run.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -26,15 +27,20 @@ class _Command(typer.Typer):
         except SystemExit as exit_request:
             from hdcfl_ray.runtime.interrupts import received
 
-            if received() is None:
+            if received() is None and "torch" not in sys.modules:
                 raise
-            # A run stopped by a signal has said where it stands and cleaned up (Ray
-            # shut down, its processes stopped); the interpreter's teardown could still
-            # trip over Ray's half-closed core worker (SIGSEGV) and turn exit 130/143
-            # into a crash, so the process ends here.
+            # The command has finished: its tables and manifest are written and synced,
+            # trackers closed, Ray shut down. What is left is the interpreter's
+            # teardown, which costs 1-2 s once torch is loaded and, after a signal,
+            # could trip over Ray's half-closed core worker (SIGSEGV) and turn exit
+            # 130/143 into a crash; so the process ends here.
+            code = exit_request.code
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+            logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(exit_request.code if isinstance(exit_request.code, int) else 1)
+            os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 app = _Command(

@@ -141,6 +141,12 @@ def transform_spec(name: str) -> TransformSpec:
     return specs[name]
 
 
+def shift_draws_noise(shift: Shift) -> bool:
+    """Whether `apply_shift` draws random numbers for this shift (and so needs its seed):
+    every transform but rotation, unless the level leaves the images unchanged."""
+    return shift.level != transform_spec(shift.transform).identity and shift.transform != "rotation"
+
+
 def apply_shift(batch: Any, shift: Shift, seed: int) -> Any:
     """`batch` (float32 pixel values 0..255, (B, C, H, W)) with the client's shift.
 
@@ -150,7 +156,7 @@ def apply_shift(batch: Any, shift: Shift, seed: int) -> Any:
     if shift.level == spec.identity:
         return batch
     generator = None
-    if spec.name != "rotation":
+    if shift_draws_noise(shift):
         import torch
 
         generator = torch.Generator().manual_seed(int(seed))

@@ -12,7 +12,8 @@ _SCALE = 2.0 / 255.0
 _SHIFT = -1.0
 
 
-def _as_shift(shift: float | Shift) -> Shift:
+def as_shift(shift: float | Shift) -> Shift:
+    """A client's shift as stored (a number is a rotation in degrees) as a Shift."""
     return shift if isinstance(shift, Shift) else Shift("rotation", float(shift))
 
 
@@ -34,7 +35,7 @@ def to_float_batch(images: np.ndarray | torch.Tensor, shift: float | Shift = 0.0
     else:
         batch = images.to(torch.float32)
     batch = batch.permute(0, 3, 1, 2).contiguous()
-    batch = apply_shift(batch, _as_shift(shift), seed)
+    batch = apply_shift(batch, as_shift(shift), seed)
     return batch.mul_(_SCALE).add_(_SHIFT)
 
 
@@ -45,7 +46,7 @@ def shift_uint8(images: np.ndarray, shift: float | Shift = 0.0, seed: int = 0) -
     no augmentation, the client's shift applied."""
     if images.dtype != np.uint8 or images.ndim != 4:
         raise ValueError(f"shift_uint8 expects uint8 (B, H, W, C) images, got {images.dtype} {images.shape}")
-    shift = _as_shift(shift)
+    shift = as_shift(shift)
     if shift.transform == "rotation" and abs(shift.level % 360.0) < 1e-9 or shift.is_identity():
         return np.ascontiguousarray(images)
     batch = torch.from_numpy(images.astype(np.float32)).permute(0, 3, 1, 2).contiguous()

@@ -207,9 +207,15 @@ class ClientHost:
         return self.tensors.get((client.client_id, split), build)
 
     def _shift_seed(self, client: ClientData, split: str) -> int:
-        """The seed of the noise a client's feature shift draws (the same every round)."""
+        """The seed of the noise a client's feature shift draws (the same every round);
+        0 for a shift that draws none (deriving a seed costs more than a small client's
+        whole test set)."""
         from hdcfl_ray import seeding
+        from hdcfl_ray.data.shifts import shift_draws_noise
+        from hdcfl_ray.data.transforms import as_shift
 
+        if not shift_draws_noise(as_shift(client.shift)):
+            return 0
         return seeding.int_seed(self.scenario.seed, "feature_shift", client.client_id, 0 if split == "train" else 1)
 
     def _own_classes(self, client: ClientData) -> torch.Tensor:
