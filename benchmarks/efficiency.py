@@ -146,8 +146,8 @@ def main() -> None:
     else:
         rows = [measure(args)]
         if args.json:
-        print("EFFICIENCY_ROW " + json.dumps(rows[0]))
-        return
+            print("EFFICIENCY_ROW " + json.dumps(rows[0]))
+            return
     print_table(rows)
     if args.out is not None:
         command = "python benchmarks/efficiency.py " + " ".join(sys.argv[1:])

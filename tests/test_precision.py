@@ -63,12 +63,24 @@ def test_a_host_without_cuda_refuses_fp16_with_the_key_and_the_alternative() -> 
         local_host(prepared)
 
 
-def test_auto_picks_bf16_only_where_it_is_native(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("vendor", "amx", "avx512_bf16", "expected"),
+    [
+        ("GenuineIntel", True, True, "bf16"),  # AMX tiles
+        ("GenuineIntel", False, True, "fp32"),  # AVX512-BF16 without AMX: measured slower
+        ("AuthenticAMD", False, True, "bf16"),  # AVX512-BF16 on AMD: measured faster
+        ("AuthenticAMD", False, False, "fp32"),
+        ("", False, False, "fp32"),
+    ],
+)
+def test_auto_picks_bf16_only_where_it_was_measured_faster(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, amx: bool, avx512_bf16: bool, expected: str
+) -> None:
     cpu = torch.device("cpu")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert precision.resolve_precision("auto", cpu) == "fp32"
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
-    assert precision.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(precision, "cpu_vendor", lambda: vendor)
+    assert precision.resolve_precision("auto", cpu) == expected
     assert precision.resolve_precision("fp32", cpu) == "fp32"
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
+from hdcfl_ray.runtime.server.sampling import evaluation_sample
 from hdcfl_ray.config.loading import load_scenario, parse_override, scenario_to_yaml
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
@@ -123,13 +124,15 @@ def _replay(prepared: PreparedRun, run_scenario: Scenario, refreshes: list[Saved
     host = local_host(prepared, algorithm, initial)
     true_groups = partition.true_groups()
     writer = TableWriter(out_dir)
+    # the clients the run scored (protocol.eval_clients: all, or its seeded sample)
+    scored_clients = evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed)
     previous_groups: dict[int, int] | None = None
     for position, saved in enumerate(refreshes):
         round_started = time.perf_counter()
         refresh_index = run_schedule.refresh_index(saved.round_index)
         result = run_refresh(saved.heads, saved.encoders, saved.num_samples, params, seed=scenario.seed, refresh_index=refresh_index)
         summary = refresh_summary(saved.round_index, saved.client_ids, result, params.descriptor)
-        evaluations = _evaluate_clients(host, saved, result.prototypes, summary, initial.head, partition.num_clients, params.mix)
+        evaluations = _evaluate_clients(host, saved, result.prototypes, summary, initial.head, scored_clients, params.mix)
         client_rows = [client_row(saved.round_index, report, host=None, upload=None, true_groups=true_groups) for report in evaluations]
         # `position` numbers the refresh rows as the run's row builder did: one per saved cache.
         refresh = refresh_row(saved.round_index, position, summary, client_rows, previous_groups, true_groups)
@@ -147,7 +150,7 @@ def _evaluate_clients(
     prototypes: np.ndarray,
     summary: RefreshSummary,
     initial_head: np.ndarray,
-    num_clients: int,
+    scored_clients: tuple[int, ...],
     mix: float,
 ) -> list[EvalReport]:
     """Every client scored by HDC-FL's own evaluation, on what it held at that round:
@@ -162,7 +165,7 @@ def _evaluate_clients(
         batch.share(saved.global_encoder)
         batch.share(prototypes)
     evaluated = []
-    for client_id in range(num_clients):
+    for client_id in scored_clients:
         ctx = host.context(client_id, saved.round_index, evaluation_batch=batch)
         position = position_of.get(client_id)
         cached = position is not None
