@@ -320,6 +320,8 @@ def test_a_checkpointed_state_from_before_per_client_selection_still_loads():
 
 def test_evaluation_scores_the_personal_model_and_logs_the_global_one():
     run = ditto_run({"rounds": 1})
+    for host in run.hosts:  # scored one client at a time, as ctx.score does below (the batched path: test_batched_scoring.py)
+        host.batched_evaluation = False
     report = run.run_round(1)
     assert [e.client_id for e in report.eval_reports] == list(range(8))
     for evaluation in report.eval_reports:

@@ -109,6 +109,9 @@ class FedBABU(AlgorithmDefaults):
         references = {"global": ctx.score(shared)}
         if not final:
             return EvalResult(references=references, headline="global")
+        if self.params.finetune_epochs == 0:  # no fine-tuning: the personalised model is the global one
+            references["personalized"] = references["global"]
+            return EvalResult(references=references, headline="personalized")
         ctx.load(shared)
         ctx.train(epochs=self.params.finetune_epochs, data=ctx.train_data(), optimizer=self.finetune_optimizer)
         references["personalized"] = ctx.score()

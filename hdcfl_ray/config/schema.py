@@ -479,7 +479,7 @@ class RuntimeConfig(Section):
     batched_evaluation: bool = Field(
         True,
         description="score the clients that share an encoder (a global or cluster model, a hard group's mixture) "
-        "together, each with its own head, in 512-image forward passes; false = one client at a time (slow at "
+        "together, each with its own head, in 64-image forward passes; false = one client at a time (slow at "
         "thousands of clients; losses differ in the last bits)",
     )
     cuda_deterministic: bool = Field(
