@@ -209,7 +209,8 @@ def test_a_double_ctrl_c_on_the_ray_backend_leaves_no_ray_process(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("after_s", [2.0, 6.0, 10.0])
 def test_ctrl_c_while_ray_starts_never_finishes_the_run_nor_names_a_folder_that_is_not_there(tmp_path, after_s):
-    run = Run(tmp_path, "ray")
+    # rounds enough that the run is still going at the last signal time on a fast machine
+    run = Run(tmp_path, "ray", rounds=60)
     try:
         time.sleep(after_s)
         run.signal(signal.SIGINT, group=True)
