@@ -5,7 +5,6 @@ files are tiny fakes written here in torchvision's format; nothing is downloaded
 from __future__ import annotations
 
 import json
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -15,36 +14,19 @@ import pyarrow.parquet as pq
 
 from hdcfl_ray.config.schema import DatasetConfig
 from hdcfl_ray.data.sources import load_dataset
+from tests.fake_cifar10 import CLASS_NAMES as CLASSES, write_torchvision_cifar10
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cifar10_to_parquet.py"
-CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 BATCH_ROWS, TEST_ROWS = 4, 6
 
 
 def write_fake_cifar10(root: Path) -> dict[str, np.ndarray]:
-    """root/cifar-10-batches-py/ as torchvision extracts it: pickled dicts with b'data' (N, 3072) uint8
-    channel-planar rows and b'labels'; the class names in batches.meta."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
+    """root/cifar-10-batches-py/ as torchvision extracts it (tests/fake_cifar10.py)."""
     rng = np.random.default_rng(3)
     train_images = rng.integers(0, 256, size=(5 * BATCH_ROWS, 32, 32, 3), dtype=np.uint8)
-    train_labels = np.arange(5 * BATCH_ROWS) % 10
     test_images = rng.integers(0, 256, size=(TEST_ROWS, 32, 32, 3), dtype=np.uint8)
-    test_labels = (np.arange(TEST_ROWS) * 3) % 10
-
-    def dump(name: str, images: np.ndarray, labels: np.ndarray) -> None:
-        rows = images.transpose(0, 3, 1, 2).reshape(images.shape[0], 3072)
-        content = {b"batch_label": name.encode(), b"data": rows, b"labels": labels.tolist()}
-        (folder / name).write_bytes(pickle.dumps(content, protocol=2))
-
-    for number in range(1, 6):
-        rows = slice((number - 1) * BATCH_ROWS, number * BATCH_ROWS)
-        dump(f"data_batch_{number}", train_images[rows], train_labels[rows])
-    dump("test_batch", test_images, test_labels)
-    meta = {b"label_names": [name.encode() for name in CLASSES], b"num_cases_per_batch": BATCH_ROWS}
-    (folder / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
-    return {"train_images": train_images, "train_labels": train_labels, "test_images": test_images, "test_labels": test_labels}
+    return write_torchvision_cifar10(root, train_images, np.arange(5 * BATCH_ROWS) % 10, test_images, (np.arange(TEST_ROWS) * 3) % 10)
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.data.sources import _seeded_subset, load_dataset
 from hdcfl_ray.data.sources import parquet_images as parquet_source
 from hdcfl_ray.runtime.driver import prepare_run
+from tests.fake_cifar10 import write_torchvision_cifar10
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = REPO / "scenarios" / "cpu"
@@ -210,28 +210,12 @@ BATCH_ROWS, CIFAR_TEST_ROWS = 12, 30  # 5 x 12 = 60 training images
 
 
 def write_cifar10_folder(root: Path) -> dict[str, np.ndarray]:
-    """cifar-10-batches-py/ as torchvision extracts it: pickled dicts with b'data'
-    (N, 3072) uint8, channel-planar rows, and b'labels'; names in batches.meta."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
+    """cifar-10-batches-py/ as torchvision extracts it (tests/fake_cifar10.py)."""
     rng = np.random.default_rng(7)
     train_images = rng.integers(0, 256, size=(5 * BATCH_ROWS, 32, 32, 3), dtype=np.uint8)
     train_labels = balanced_labels(5 * BATCH_ROWS, seed=8)
     test_images = rng.integers(0, 256, size=(CIFAR_TEST_ROWS, 32, 32, 3), dtype=np.uint8)
-    test_labels = balanced_labels(CIFAR_TEST_ROWS, seed=9)
-
-    def dump(name: str, images: np.ndarray, labels: np.ndarray) -> None:
-        rows = images.transpose(0, 3, 1, 2).reshape(images.shape[0], 3072)
-        content = {b"batch_label": name.encode(), b"data": rows, b"labels": labels.tolist()}
-        (folder / name).write_bytes(pickle.dumps(content, protocol=2))
-
-    for number in range(1, 6):
-        batch = slice((number - 1) * BATCH_ROWS, number * BATCH_ROWS)
-        dump(f"data_batch_{number}", train_images[batch], train_labels[batch])
-    dump("test_batch", test_images, test_labels)
-    meta = {b"label_names": [name.encode() for name in CLASS_NAMES], b"num_cases_per_batch": BATCH_ROWS}
-    (folder / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
-    return {"train_images": train_images, "train_labels": train_labels, "test_images": test_images, "test_labels": test_labels}
+    return write_torchvision_cifar10(root, train_images, train_labels, test_images, balanced_labels(CIFAR_TEST_ROWS, seed=9))
 
 
 CIFAR_CASES = {
