@@ -61,16 +61,11 @@ class RayBackend:
         self.hosts, self._host_spec = start_hosts(prepared, self.client_hosts, self.num_hosts, algorithm, initial)
         settings = build_server_settings(scenario, prepared.partition)
         self.server_in_driver = server_in_driver(scenario.runtime.address)
-        if self.server_in_driver:
-            wait_until_ready(self.hosts)
-            self.server = driver_server(
-                settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts
-            )
-        else:
-            self.server = start_server(
-                settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts
-            )
-            wait_until_ready(self.hosts, self.server)
+        self.server = start_server(
+            settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts,
+            in_driver=self.server_in_driver,
+        )
+        wait_until_ready(self.hosts, None if self.server_in_driver else self.server)
         self.fetch = ray.get
         self.put = ray.put
 
@@ -153,32 +148,6 @@ def server_in_driver(address: str | None) -> bool:
     return threading.current_thread() is threading.main_thread() and not (address or "").startswith("ray://")
 
 
-def driver_server(
-    settings: ServerSettings,
-    algorithm: Method,
-    hosts: list,
-    client_hosts: dict[int, int],
-    initial: ModelParams,
-    independent: list[ModelParams],
-    host_spec: HostSpec,
-    max_replacements: int,
-):
-    """The server in this process, reaching the host actors through Ray. It gets its own
-    copies of the method and the initial weights, as a server actor gets them
-    through the object store: the host spec keeps the originals to rebuild hosts
-    from, and the server's state must never share arrays with them."""
-    from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
-    from hdcfl_ray.runtime.server.sync_server import FederatedServer
-    from hdcfl_ray.runtime.server.transport import RayTransport
-
-    server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer
-    algorithm, initial, independent, settings = copy.deepcopy((algorithm, initial, independent, settings))
-    return server_class(
-        algorithm, hosts, client_hosts, initial, independent, settings,
-        transport=RayTransport(), host_spawner=host_spec, max_replacements=max_replacements,
-    )
-
-
 def start_server(
     settings: ServerSettings,
     algorithm: Method,
@@ -188,8 +157,25 @@ def start_server(
     independent: list[ModelParams],
     host_spec: HostSpec,
     max_replacements: int,
+    in_driver: bool,
 ):
-    # The server mostly waits on clients; it takes no CPU slot away from them.
+    """The run's server: in this process (`in_driver`), reaching the host actors
+    through Ray, or as an actor. In this process it gets its own copies of the method
+    and the initial weights, as an actor gets them through the object store: the host
+    spec keeps the originals to rebuild hosts from, and the server's state must never
+    share arrays with them."""
+    if in_driver:
+        from hdcfl_ray.runtime.server.async_server import AsyncFederatedServer
+        from hdcfl_ray.runtime.server.sync_server import FederatedServer
+        from hdcfl_ray.runtime.server.transport import RayTransport
+
+        server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer
+        algorithm, initial, independent, settings = copy.deepcopy((algorithm, initial, independent, settings))
+        return server_class(
+            algorithm, hosts, client_hosts, initial, independent, settings,
+            transport=RayTransport(), host_spawner=host_spec, max_replacements=max_replacements,
+        )  # fmt: skip
+    # The server actor mostly waits on clients; it takes no CPU slot away from them.
     actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
     return actor_class.options(num_cpus=0).remote(
         algorithm, hosts, client_hosts, initial, independent, settings, host_spawner=host_spec, max_replacements=max_replacements
