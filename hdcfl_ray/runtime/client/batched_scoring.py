@@ -45,7 +45,6 @@ from torch import nn
 
 from hdcfl_ray.contract import EvalResult, EvalStats, ModelParams
 from hdcfl_ray.models import FlatIndex, SplitModel, load_flat_into
-from hdcfl_ray.runtime.client.local_training import evaluate
 
 # the images of one forward pass of a shared encoder (the last one padded): small enough
 # that padding a group's last pass wastes little, large enough to run at full speed on a
@@ -110,7 +109,6 @@ class EvaluationBatch:
     def __init__(self, model: SplitModel, encoder_index: FlatIndex, head_index: FlatIndex, window_rows: int = 8192) -> None:
         self.model = model
         self.encoder_index = encoder_index
-        self.head_index = head_index
         weight = next(entry for entry in head_index.entries if entry.name == "weight")
         bias = next(entry for entry in head_index.entries if entry.name == "bias")
         self._weight, self._bias = weight, bias
@@ -145,17 +143,16 @@ class EvaluationBatch:
 
     def defer(
         self, encoder: np.ndarray, head: np.ndarray, inputs: torch.Tensor, labels: torch.Tensor, own_classes: torch.Tensor
-    ) -> EvalStats | PendingScore:
-        """A shared encoder's score, pending; any other encoder's, computed now."""
+    ) -> PendingScore | None:
+        """A shared encoder's score, pending; None for any other encoder or an empty
+        test set (the caller scores those at once, one client at a time)."""
         if int(labels.shape[0]) == 0:
-            return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
+            return None
         encoder = np.asarray(encoder)
         if array_key(encoder) not in self._shared:
             encoder = self._equal_shared(encoder)
         if array_key(encoder) not in self._shared:
-            load_flat_into(self.model.encoder, encoder, self.encoder_index)
-            load_flat_into(self.model.head, head, self.head_index)
-            return evaluate(self.model, inputs, labels, own_classes=own_classes)
+            return None
         request = ScoreRequest(encoder, np.asarray(head), inputs, labels, own_classes)
         self._pending.append(request)
         return PendingScore(self, request)

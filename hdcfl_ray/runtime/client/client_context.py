@@ -148,7 +148,9 @@ class HostClientContext:
             if head_vector is None:
                 raise ValueError("no head given: pass params with a head or head=...")
             inputs, labels = self.test_data()
-            return self._evaluation_batch.defer(params.encoder, head_vector, inputs, labels, self.own_classes())
+            pending = self._evaluation_batch.defer(params.encoder, head_vector, inputs, labels, self.own_classes())
+            if pending is not None:
+                return pending
         if params is not None:
             self.load(params, head)
         inputs, labels = data if data is not None else self.test_data()
