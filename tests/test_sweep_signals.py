@@ -9,6 +9,7 @@ same code (cli._run_sweep_stoppably, sweep/runner.py)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -42,12 +43,20 @@ class Sweep(Run):
 
     def wait_for_round(self, round_index: int, timeout: float = 240.0) -> None:
         deadline = time.monotonic() + timeout
-        while not list(self.out.glob(f"**/rounds.parquet/part-{round_index:06d}.parquet")):
+        while not _round_written(self.out, round_index):
             assert self.process.poll() is None, self.output()
             assert time.monotonic() < deadline, "the sweep did not reach its round in time"
             self.seen.update(_tree(self.process.pid))
             time.sleep(0.2)
         self.seen.update(_tree(self.process.pid))
+
+
+def _round_written(out: Path, round_index: int) -> bool:
+    """Whether some run under `out` has written round `round_index`'s rounds part.
+    os.walk skips a folder that vanishes while it reads (a checkpoint's temporary
+    folder renamed into place), where Path.glob raises."""
+    part = f"part-{round_index:06d}.parquet"
+    return any(Path(folder).name == "rounds.parquet" and part in files for folder, _, files in os.walk(out))
 
 
 def _index(out: Path) -> dict[str, str]:
