@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from statistics import mean
 
+from analysis.provenance import provenance_note, run_provenance
 from analysis.report_tables import ReportTable, Text
 from analysis.runs import RunRecord
 
@@ -145,4 +146,7 @@ def calibration_table(runs: list[RunRecord], key: str) -> ReportTable:
         "planted groups exactly, 0 = chance; '-' where the setting plants no groups or the method forms none); ARI "
         "reads the planted groups, an oracle no user has, so it is shown as evidence and never used to choose."
     )
+    source = provenance_note(run_provenance(run.manifest) for run in completed)
+    if source:  # which code and machine made the numbers, as every report table says
+        table.note += " " + source
     return table

@@ -156,6 +156,8 @@ def test_no_value_is_chosen_while_a_run_is_unfinished():
             self.run_dir = Path(f"out/setting.mu-{value}/fedprox/seed42")
             self.method, self.seed = "fedprox", 42
             self.rounds = __import__("pyarrow").table({"samples_trained": [1], "eval_samples_trained": [0]})
+            self.manifest = {"git_revision": "0123456789abcdef", "hardware": {"cpu_model": "Test CPU"},
+                             "packages": {"torch": "2.14.1", "ray": "2.60.0"}}
 
         def final_evaluated_round(self):
             return {"mean_accuracy": self.accuracy} if self.status == "completed" else None
@@ -164,3 +166,5 @@ def test_no_value_is_chosen_while_a_run_is_unfinished():
     assert choose_value(runs, "algorithm.fedprox.mu").value is None
     note = calibration_table(runs, "algorithm.fedprox.mu").note
     assert "No value chosen yet: 1 run(s) not finished: setting.mu-1.0 (failed)" in note
+    # which code and machine made the numbers, from the finished runs' manifests
+    assert "Made from 1 run: commit 0123456789; on Test CPU; torch 2.14.1; Ray 2.60.0." in note

@@ -11,15 +11,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("hdcfl_ray", "analysis", "docs", "scenarios", "README.md", "cli.py")
 # `spec/` as a path of its own (not the tail of another word or path), or a `shared/spec/` outside the clone.
 SPEC_PATH = re.compile(r"(?<![\w/.-])spec/|shared/spec/")
-# Temporary: these files are being edited elsewhere and still cite spec/; empty this list once they are fixed.
-ALLOWED = frozenset(
-    {
-        "hdcfl_ray/algorithms/shared_encoder_scores.py",
-        "hdcfl_ray/algorithms/hdcfl.py",
-        "hdcfl_ray/config/schema.py",
-    }
-)
-ALLOWED_FOLDERS = ("hdcfl_ray/runtime/",)
 BINARY_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".pdf", ".parquet", ".pt", ".npz", ".npy", ".gz", ".zip"})
 
 
@@ -39,17 +30,13 @@ def checked_files() -> list[str]:
     return sorted(names)
 
 
-def is_allowed(name: str) -> bool:
-    return name in ALLOWED or name.startswith(ALLOWED_FOLDERS)
-
-
 def test_no_checked_file_cites_a_spec_folder() -> None:
     names = checked_files()
     assert "README.md" in names and any(name.startswith("docs/") for name in names)
     citing: list[str] = []
     for name in names:
         path = ROOT / name
-        if is_allowed(name) or path.suffix.lower() in BINARY_SUFFIXES or not path.is_file():
+        if path.suffix.lower() in BINARY_SUFFIXES or not path.is_file():
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), start=1):

@@ -1,5 +1,5 @@
 """HDC-FL: FedAvg-SE's trajectory plus, at refresh rounds, head-derived groups,
-encoder prototypes from the cache and a soft mixture per client (spec/hdcfl.md).
+encoder prototypes from the cache and a soft mixture per client (docs/hdcfl.md).
 
 The personalised encoders are for inference only: training always starts from
 the global encoder, so lambda = 0 and HDC-FL are scored from the same run. A
@@ -22,7 +22,7 @@ from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 
 
 class HDCFLParams(Section):
-    """HDC-FL's server-side settings (spec/hdcfl.md)."""
+    """HDC-FL's server-side settings (docs/hdcfl.md)."""
 
     descriptor: Literal["lowrank", "raw"] = Field("lowrank", description="head descriptor: normalised rank-r (lowrank) or the flattened heads (raw)")
     rank: int = Field(8, ge=1, description="r; effective rank = min(r, K-1, rank of the heads)")
