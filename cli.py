@@ -6,6 +6,7 @@ during the run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -555,22 +556,41 @@ app.add_typer(diagnose_app, name="diagnose")
 
 @diagnose_app.command("donor-swap")
 def donor_swap(
-    run_dir: Path = typer.Argument(..., help="A finished HDC-FL run made with --set output.save_refresh_cache=true."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder for donor_swap.parquet (one row per target/donor pair)."),
+    run_dirs: List[Path] = typer.Argument(
+        ..., help="Finished HDC-FL runs made with --set output.save_refresh_cache=true; several (e.g. one setting's seeds) are averaged over every target and run."
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for donor_swap.parquet (one row per target/donor pair; one subfolder per run when several)."),
     max_test_samples: int = typer.Option(256, "--max-test-samples", help="Test images per target (the first N)."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Also write the tables (Markdown, with the runs and what made them) to this file."),
 ) -> None:
     """Pair each target's head with every donor's cached encoder: Spearman rho, AUROC, AP,
     beneficial rate, AP lift, top-1 minus random, gains by head-distance quintile (tables 4, 14, 15)."""
-    from hdcfl_ray.diagnostics.donor_swap_run import donor_swap as run_donor_swap
-    from hdcfl_ray.diagnostics.donor_swap_run import format_summary
+    from analysis.provenance import provenance_note, run_provenance
+    from hdcfl_ray.config.paths import check_writable
+    from hdcfl_ray.diagnostics.donor_swap_run import donor_swap_runs, format_summary
+    from hdcfl_ray.durable_files import write_text_durably
 
     try:
-        summary = run_donor_swap(run_dir, out, max_test_samples=max_test_samples)
+        if report_file is not None:
+            check_writable(report_file, "--report", "file")
+        summary = donor_swap_runs(list(run_dirs), out, max_test_samples=max_test_samples)
     except ScenarioError as error:
         _fail_bad_input(error)
-    print(format_summary(summary))
+    text = format_summary(summary)
+    print(text)
     if out is not None:
-        print(f"pairs written to {out / 'donor_swap.parquet'}")
+        print(f"pairs written under {out}")
+    if report_file is not None:
+        manifests = []
+        for run_dir in run_dirs:
+            try:
+                manifests.append(json.loads((Path(run_dir) / "manifest.json").read_text()))
+            except (OSError, ValueError):
+                manifests.append({})
+        listed = ", ".join(f"`{run_dir}`" for run_dir in run_dirs)
+        source = provenance_note(run_provenance(manifest) for manifest in manifests)
+        write_text_durably(report_file, f"{text}\n\nRuns: {listed}; {max_test_samples} test images per target. {source}\n")
+        print(f"report written to {report_file}")
 
 
 def main() -> None:

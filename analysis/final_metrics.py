@@ -67,6 +67,7 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
         values.update(run_budget(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
+        values.update(refresh_diagnostics(run))
         records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest)))
     return records
 
@@ -98,6 +99,21 @@ def final_membership_entropy(run: RunRecord, round_index: int) -> float:
         entropy = -sum((w / total) * math.log(w / total) for w in weights)
         entropies.append(entropy / math.log(len(memberships)))
     return mean(entropies) if entropies else math.nan
+
+
+REFRESH_DIAGNOSTICS = {"refresh_silhouette": "silhouette", "refresh_ari_previous": "ari_previous"}
+
+
+def refresh_diagnostics(run: RunRecord) -> dict[str, float]:
+    """Table 10's columns: the silhouette of each refresh's grouping and the ARI between
+    the groups of consecutive refreshes, each averaged over the run's refreshes (NaN
+    for a run without refreshes or a column it did not log)."""
+    values = {}
+    for name, column in REFRESH_DIAGNOSTICS.items():
+        logged = run.refresh.column(column).to_pylist() if column in run.refresh.column_names else []
+        present = [float(v) for v in logged if v is not None and not math.isnan(float(v))]
+        values[name] = mean(present) if present else math.nan
+    return values
 
 
 def run_budget(rounds: list[dict[str, object]]) -> dict[str, float]:

@@ -136,13 +136,18 @@ def macro_table(records: list[RunMetrics]) -> ReportTable:
 def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
     """Tables 3 and 10-13 form: for each base setting that has variants (settings named
     `<base>.<variant>`, as `hdcfl-ray ablate` writes them), one row per variant of
-    HDC-FL and columns Mean, Worst, Bottom-20%."""
+    HDC-FL and columns Mean, Worst, Bottom-20%, and table 10's silhouette and
+    refresh-to-refresh ARI where the runs logged refreshes."""
     tables = []
     settings = sorted({r.setting for r in records})
     bases = sorted({s.split(".", 1)[0] for s in settings if "." in s})
-    columns = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
+    accuracy = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
+    diagnostics = (("Sil.", "refresh_silhouette"), ("Refresh ARI", "refresh_ari_previous"))
     for base in bases:
         members = [s for s in settings if s == base or s.startswith(base + ".")]
+        logged = [name for name, metric in diagnostics
+                  if any(not math.isnan(r.values.get(metric, math.nan)) for r in records if r.setting in members)]
+        columns = accuracy + tuple((name, metric) for name, metric in diagnostics if name in logged)
         table = ReportTable(f"{base}: server-side variants (tables 3, 10-13 form)", ["Variant", "Method", *[name for name, _ in columns]])
         per_metric = {metric: cells(records, metric) for _, metric in columns}
         for setting in members:
@@ -151,9 +156,14 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
                 row = [Text(variant), Text(method)]
                 for _, metric in columns:
                     cell = per_metric[metric][(setting, method)]
-                    row.append(Text(_with_std(cell)))
+                    scale = 100.0 if metric in dict(accuracy).values() else 1.0
+                    row.append(Text("-" if math.isnan(cell.mean) else _with_std(cell, scale)))
                 table.rows.append(row)
         table.note = "Variants are replays of the same runs' refreshes (hdcfl-ray ablate), so rows are paired by seed."
+        if logged:
+            table.note += (" Sil.: silhouette of each refresh's grouping in descriptor space; Refresh ARI: agreement "
+                           "of consecutive refreshes' groups (1 = unchanged); each averaged over the run's refreshes, "
+                           "then mean ± std over seeds.")
         tables.append(table)
     return tables
 

@@ -119,3 +119,26 @@ def test_an_out_dir_that_holds_files_is_refused(finished_run, tmp_path):
     (taken / "notes.txt").write_text("keep me")
     with pytest.raises(ScenarioError, match="already holds files"):
         ablate_run(finished_run, [], taken)
+
+
+def test_the_variant_table_carries_table_10s_silhouette_and_refresh_ari(finished_run, tmp_path):
+    """`hdcfl-ray report` over a run and its replays: one row per variant, with the
+    mean over refreshes of the logged silhouette and consecutive-refresh ARI (table 10)."""
+    import math
+
+    from analysis.final_metrics import run_metrics
+    from analysis.report_tables import variant_tables
+
+    raw = ablate_run(finished_run, ["algorithm.hdcfl.descriptor=raw"], tmp_path / "raw")
+    runs = [load_run(finished_run), load_run(raw)]
+    metrics = run_metrics(runs)
+    for run, record in zip(runs, metrics):
+        logged = [v for v in run.refresh.column("silhouette").to_pylist() if v is not None and not math.isnan(v)]
+        assert logged and record.values["refresh_silhouette"] == pytest.approx(sum(logged) / len(logged))
+    [table] = variant_tables(metrics)
+    assert table.header == ["Variant", "Method", "Mean", "Worst", "Bot.20%", "Sil.", "Refresh ARI"]
+    variants = [row[0].value for row in table.rows]
+    assert len(variants) == 2 and variants[0] == "as run" and "raw" in variants[1], variants
+    silhouette = table.header.index("Sil.")
+    for row, record in zip(table.rows, metrics):
+        assert row[silhouette].value == f"{record.values['refresh_silhouette']:.2f}"  # one seed: no std

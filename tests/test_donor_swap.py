@@ -156,3 +156,19 @@ def test_donor_swap_on_a_tiny_run_writes_one_row_per_ordered_pair(tmp_path: Path
     serial = swap_matrices(local_host(prepared), cache.client_ids, cache.heads, cache.encoders, cache.round_index, 16)
     parallel = swap_matrices_on_ray(prepared, cache.client_ids, cache.heads, cache.encoders, cache.round_index, 16, workers=2)
     assert np.array_equal(serial[0], parallel[0]) and np.array_equal(serial[1], parallel[1])
+
+    # the command over several runs (here the same run twice, as two seeds would be): every
+    # target of every run is a unit, and --report keeps the tables with the runs and what made them
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    twice = tmp_path / "twice"
+    result = CliRunner().invoke(app, ["diagnose", "donor-swap", str(run_dir), str(run_dir), "--max-test-samples", "16",
+                                      "--out", str(twice), "--report", str(tmp_path / "donors.md")])
+    assert result.exit_code == 0, result.output
+    assert f"Donor swap ({2 * summary.num_units} target units)" in result.output
+    assert sorted(path.name for path in twice.iterdir()) == ["1-run", "2-run"]
+    written = (tmp_path / "donors.md").read_text()
+    assert "| Q1 (closest) |" in written and f"Runs: `{run_dir}`, `{run_dir}`; 16 test images per target." in written
+    assert "Made from 2 runs: commit" in written

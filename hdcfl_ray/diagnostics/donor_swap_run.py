@@ -12,7 +12,7 @@ import numpy as np
 
 from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.config.loading import load_scenario
-from hdcfl_ray.diagnostics.donor_swap import DonorSwapSummary, analyse_run, beneficial, off_diagonal, summarise
+from hdcfl_ray.diagnostics.donor_swap import DonorSwapRun, DonorSwapSummary, analyse_run, beneficial, off_diagonal, summarise
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.logs.refresh_cache import read_refresh_caches
@@ -96,8 +96,8 @@ def swap_matrices_on_ray(prepared, client_ids, heads, encoders, round_index, max
     return _deltas(loss, accuracy)
 
 
-def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
-    """Run the donor-swap diagnostic on a finished run with a saved refresh cache.
+def donor_swap_unit(run_dir: Path, out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapRun:
+    """The donor-swap quantities of one finished run with a saved refresh cache.
 
     `max_test_samples`: score each target on its first this-many test samples
     (None: all). With `out_dir`, writes out_dir/donor_swap.parquet, one row per
@@ -123,10 +123,28 @@ def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int
         )
     similarity_lowrank = cosine_similarity(lowrank_descriptors(cache.heads, rank=scenario.algorithm.hdcfl.rank).vectors)
     similarity_raw = cosine_similarity(raw_descriptors(cache.heads).vectors)
-    summary = summarise([analyse_run(loss_delta, acc_delta, similarity_lowrank, similarity_raw)])
+    unit = analyse_run(loss_delta, acc_delta, similarity_lowrank, similarity_raw)
     if out_dir is not None:
         write_pairs(Path(out_dir) / PARQUET_NAME, client_ids, similarity_lowrank, similarity_raw, loss_delta, acc_delta)
-    return summary
+    return unit
+
+
+def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
+    """The diagnostic of one run (donor_swap_unit), summarised."""
+    return summarise([donor_swap_unit(run_dir, out_dir, max_test_samples)])
+
+
+def donor_swap_runs(run_dirs: list[Path], out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
+    """The diagnostic over several runs (the seeds of one setting), summarised over
+    every target x run unit as the paper's tables 4 and 14 average over targets and
+    seeds. With `out_dir`, each run's pairs go to out_dir/<position>-<run folder name>/."""
+    if not run_dirs:
+        raise ValueError("donor_swap_runs needs at least one run")
+    units = []
+    for position, run_dir in enumerate(run_dirs, start=1):
+        target = None if out_dir is None else Path(out_dir) / (f"{position}-{Path(run_dir).name}" if len(run_dirs) > 1 else "")
+        units.append(donor_swap_unit(Path(run_dir), target, max_test_samples))
+    return summarise(units)
 
 
 def write_pairs(
