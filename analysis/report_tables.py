@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from analysis.provenance import provenance_note
+from analysis.verdict import RULE, paired_verdict
 from analysis.row_flags import flag_note, flagged, row_flags
 from analysis.final_metrics import (
     METRICS,
@@ -203,7 +204,8 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
     by_key = {(r.setting, r.method, r.seed): r for r in records}
     table = ReportTable(
         f"Paired differences: {reference} minus each method, per seed (pp)",
-        ["Setting", "Method", "Seeds", *(f"Diff.: {label}" for _, label in PAIRED_METRICS), "Seeds with mean diff. > 0"],
+        ["Setting", "Method", "Seeds", *(f"Diff.: {label}" for _, label in PAIRED_METRICS), "Seeds with mean diff. > 0",
+         f"{reference}: " + " / ".join(label for _, label in PAIRED_METRICS)],
     )
     for setting in sorted({r.setting for r in records}):
         seeds = sorted(r.seed for r in records if (r.setting, r.method) == (setting, reference))
@@ -213,17 +215,22 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
             if any((setting, method, seed) not in by_key for seed in seeds):
                 continue
             row = [Text(setting), Text(method), Text(" / ".join(str(seed) for seed in seeds))]
-            positive = 0
+            positive, verdicts = 0, []
             for metric, _ in PAIRED_METRICS:
                 diffs = [100.0 * (by_key[(setting, reference, seed)].values[metric] - by_key[(setting, method, seed)].values[metric]) for seed in seeds]
                 if metric == "mean_accuracy":
                     positive = sum(diff > 0 for diff in diffs)
                 row.append(Text(" / ".join(f"{diff:+.2f}" for diff in diffs)))
+                verdicts.append(paired_verdict(diffs))
             row.append(Text(f"{positive} of {len(seeds)}"))
+            row.append(Text(" / ".join(verdicts)))
             table.rows.append(row)
     if not table.rows:
         return None
-    table.note = f"Each cell lists {reference}'s final score minus the method's, seed by seed in the order of the Seeds column."
+    table.note = (
+        f"Each cell lists {reference}'s final score minus the method's, seed by seed in the order of the Seeds column. "
+        f"Verdict of {reference} against the method, per metric: {RULE}."
+    )
     return table
 
 

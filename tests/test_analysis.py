@@ -128,5 +128,24 @@ def test_paired_table_lists_the_reference_minus_each_method_seed_by_seed() -> No
     table = paired_table(records)
     assert table is not None and len(table.rows) == 1  # ifca lacks seed 2: no row
     cells_text = [cell.value for cell in table.rows[0]]
-    assert cells_text[:4] == ["S", "local", "1 / 2", "+5.00 / -2.00"] and cells_text[-1] == "1 of 2"
+    assert cells_text[:4] == ["S", "local", "1 / 2", "+5.00 / -2.00"] and cells_text[-2] == "1 of 2"
+    assert cells_text[-1] == "indistinguishable / indistinguishable / indistinguishable"  # signs differ across seeds
+    assert "same sign at every seed" in table.note
     assert paired_table([run("local", 1, 0.4)]) is None
+
+
+@pytest.mark.parametrize(
+    ("differences", "verdict"),
+    [
+        ([2.0, 2.5, 1.5], "ahead"),            # positive at every seed, mean 2.0 > spread 0.5
+        ([0.2, 3.0, 0.1], "indistinguishable"),  # positive at every seed, but mean 1.1 < spread 1.6
+        ([1.0, -0.1, 2.0], "indistinguishable"),  # one seed behind
+        ([-1.0, -1.2, -0.9], "behind"),
+        ([0.0, 0.0, 0.0], "indistinguishable"),  # a tie is not ahead
+        ([3.0], "one seed"),
+    ],
+)
+def test_the_verdict_rule(differences, verdict) -> None:
+    from analysis.verdict import paired_verdict
+
+    assert paired_verdict(differences) == verdict
