@@ -116,6 +116,13 @@ def test_personalisation_gain_is_paired_by_seed():
     assert gain_table(RECORDS) is None  # no HDC-FL run
     other = [RunMetrics("R", "fedbabu", r.seed, r.values) for r in runs]
     assert gain_table(other) is None  # other methods' global scores are not HDC-FL's reference
+    # ... they get a table of their own: what the personalisation step adds to the method's shared model
+    from analysis.report_tables import shared_model_gain_table
+
+    shared = shared_model_gain_table(other + runs)
+    assert shared is not None and len(shared.rows) == 1  # HDC-FL stays in its own table
+    assert [cell.value for cell in shared.rows[0]][:5] == ["R", "fedbabu", "46.67 ± 15.28", "43.00 ± 16.70", "+3.67 ± 5.69"]
+    assert shared_model_gain_table(runs) is None
 
 
 def test_paired_table_lists_the_reference_minus_each_method_seed_by_seed() -> None:
