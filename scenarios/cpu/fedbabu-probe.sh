@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Why FedBABU, the paper's strongest mean, trails FedAvg-SE here: its fixed head, its fine-tuning
+# or the regime? The reproduction sweep's FedBABU runs log, from one final evaluation, the
+# fine-tuned model and the body under the fixed random head before fine-tuning (the report's
+# personalisation-step table pairs them by seed). This adds FedBABU with four times the
+# fine-tuning (20 epochs instead of 5) on both CPU settings, seeds 42, 123, 2026: if fine-tuning
+# budget were the reason, the gap to FedAvg-SE would close.
+#
+#   export HDCFL_CIFAR10_PARQUET=data/cifar10-parquet   # from the repository root
+#   scenarios/cpu/fedbabu-probe.sh                      # 6 runs into runs/cpu-fedbabu-probe
+#
+# Writes docs/reproduction-fedbabu-probe.md: FedBABU (5 and 20 fine-tuning epochs), FedAvg-SE and
+# Local from the reproduction sweep, with the personalisation-step and paired tables.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+: "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. data/cifar10-parquet from scripts/cifar10_to_parquet.py}"
+runs="${REPRODUCTION_OUT:-runs/cpu-reproduction}"
+out="${FEDBABU_PROBE_OUT:-runs/cpu-fedbabu-probe}"
+
+for setting in rot ls3; do
+  hdcfl-ray sweep "scenarios/cpu/cpu-c10-$setting.yaml" --algorithms fedbabu --seeds 42,123,2026 \
+    --set "name=cpu-c10-$setting-finetune20" --set algorithm.fedbabu.finetune_epochs=20 --out "$out/$setting"
+done
+hdcfl-ray report "$runs"/cpu-c10-{rot,ls3}/{fedbabu,fedavg_se,local} "$out" --format md --out docs/reproduction-fedbabu-probe.md
