@@ -30,8 +30,11 @@ OVERRIDES = {
     # Ditto's single-lambda mode, the Ditto the files were recorded with; per-client lambda (the
     # default) is its trainings on a held-out split, held to this mode in test_algorithm_ditto.py
     "algorithm.ditto.lambda_selection": "fixed",
-    # the count the files were recorded with; the quickstart's own value is calibrated (docs/calibration.md)
+    # the values the files were recorded with (the methods' defaults); the quickstart's own are calibrated
+    # (docs/calibration.md)
     "algorithm.ifca.clusters": 4,
+    "algorithm.fedsoft.centers": 3,
+    "algorithm.fedce.temperature": 4.0,
     "runtime.backend": "local",
 }
 
