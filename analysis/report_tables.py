@@ -149,8 +149,12 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
         logged = [name for name, metric in diagnostics
                   if any(not math.isnan(r.values.get(metric, math.nan)) for r in records if r.setting in members)]
         columns = accuracy + tuple((name, metric) for name, metric in diagnostics if name in logged)
-        table = ReportTable(f"{base}: server-side variants (tables 3, 10-13 form)", ["Variant", "Method", *[name for name, _ in columns]])
+        table = ReportTable(
+            f"{base}: server-side variants (tables 3, 10-13 form)",
+            ["Variant", "Method", *[name for name, _ in columns], "Mean minus as run (per seed)", "Verdict vs as run"],
+        )
         per_metric = {metric: cells(records, metric) for _, metric in columns}
+        by_seed = {(r.setting, r.method, r.seed): r.values.get("mean_accuracy", math.nan) for r in records}
         for setting in members:
             variant = "as run" if setting == base else setting.split(".", 1)[1]
             for method in sorted({r.method for r in records if r.setting == setting}):
@@ -159,8 +163,17 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
                     cell = per_metric[metric][(setting, method)]
                     scale = 100.0 if metric in dict(accuracy).values() else 1.0
                     row.append(Text("-" if math.isnan(cell.mean) else _with_std(cell, scale)))
+                seeds = sorted(seed for (s, m, seed) in by_seed if (s, m) == (setting, method) and (base, m, seed) in by_seed)
+                diffs = [100.0 * (by_seed[(setting, method, seed)] - by_seed[(base, method, seed)]) for seed in seeds]
+                if setting == base or not diffs:
+                    row += [Text("-"), Text("-")]
+                else:
+                    row += [Text(" / ".join(f"{diff:+.2f}" for diff in diffs)), Text(paired_verdict(diffs))]
                 table.rows.append(row)
-        table.note = "Variants are replays of the same runs' refreshes (hdcfl-ray ablate), so rows are paired by seed."
+        table.note = (
+            "Variants are replays of the same runs' refreshes (hdcfl-ray ablate), so rows are paired by seed: the "
+            f"mean accuracy minus the run's own, seed by seed in seed order, and its verdict ({RULE})."
+        )
         if logged:
             table.note += (" Sil.: silhouette of each refresh's grouping in descriptor space; Refresh ARI: agreement "
                            "of consecutive refreshes' groups (1 = unchanged); each averaged over the run's refreshes, "

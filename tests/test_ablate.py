@@ -136,7 +136,11 @@ def test_the_variant_table_carries_table_10s_silhouette_and_refresh_ari(finished
         logged = [v for v in run.refresh.column("silhouette").to_pylist() if v is not None and not math.isnan(v)]
         assert logged and record.values["refresh_silhouette"] == pytest.approx(sum(logged) / len(logged))
     [table] = variant_tables(metrics)
-    assert table.header == ["Variant", "Method", "Mean", "Worst", "Bot.20%", "Sil.", "Refresh ARI"]
+    assert table.header == ["Variant", "Method", "Mean", "Worst", "Bot.20%", "Sil.", "Refresh ARI",
+                            "Mean minus as run (per seed)", "Verdict vs as run"]
+    assert [cell.value for cell in table.rows[0][-2:]] == ["-", "-"]
+    difference = 100 * (metrics[1].values["mean_accuracy"] - metrics[0].values["mean_accuracy"])
+    assert [cell.value for cell in table.rows[1][-2:]] == [f"{difference:+.2f}", "one seed"]
     variants = [row[0].value for row in table.rows]
     assert len(variants) == 2 and variants[0] == "as run" and "raw" in variants[1], variants
     silhouette = table.header.index("Sil.")
