@@ -68,6 +68,7 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         values.update(refresh_diagnostics(run))
+        values["groups_asked"] = groups_asked(run.scenario)
         records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest)))
     return records
 
@@ -99,6 +100,23 @@ def final_membership_entropy(run: RunRecord, round_index: int) -> float:
         entropy = -sum((w / total) * math.log(w / total) for w in weights)
         entropies.append(entropy / math.log(len(memberships)))
     return mean(entropies) if entropies else math.nan
+
+
+# the keys under which a method's section sets how many groups (clusters, centres) it forms
+GROUP_COUNT_KEYS = ("groups", "clusters", "centers")
+
+
+def groups_asked(scenario: dict[str, object]) -> float:
+    """The group count the run's method was configured with (NaN when it sets none), so
+    that a variant run with one group on purpose is not reported as collapsed."""
+    algorithm = scenario.get("algorithm")
+    if not isinstance(algorithm, dict):
+        return math.nan
+    section = algorithm.get(str(algorithm.get("name")))
+    if not isinstance(section, dict):
+        return math.nan
+    counts = [section[key] for key in GROUP_COUNT_KEYS if isinstance(section.get(key), int)]
+    return float(counts[0]) if counts else math.nan
 
 
 REFRESH_DIAGNOSTICS = {"refresh_silhouette": "silhouette", "refresh_ari_previous": "ari_previous"}

@@ -18,7 +18,7 @@ UNIFORM_ENTROPY = 0.95
 LOCAL = "local"
 
 FLAG_RULES = {
-    "one group": "collapsed: a clustered method ended with one group where the partition plants several (in at least one seed)",
+    "one group": "collapsed: a clustered method ended with one group where the partition plants several and the method was not set to form one (in at least one seed)",
     "uniform memberships": f"collapsed: mean normalised membership entropy >= {UNIFORM_ENTROPY} (every client spread evenly over the clusters; in at least one seed)",
     "worst client 0%": "the worst client scored 0% in at least one seed",
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
@@ -36,7 +36,7 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
     flags: dict[tuple[str, str], list[str]] = {}
     for (setting, method), runs in grouped.items():
         found = []
-        if any(_value(r, "num_groups") == 1 and not math.isnan(_value(r, "ari_true")) for r in runs):
+        if any(_value(r, "num_groups") == 1 and not math.isnan(_value(r, "ari_true")) and _value(r, "groups_asked") != 1 for r in runs):
             found.append("one group")
         if any(_value(r, "membership_entropy") >= UNIFORM_ENTROPY for r in runs):
             found.append("uniform memberships")

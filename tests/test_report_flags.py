@@ -44,6 +44,25 @@ def test_each_collapse_and_shortfall_is_flagged_by_its_rule():
     assert ("rot", "hdcfl") not in flags and ("ls3", "pacfl") not in flags and ("rot", "local") not in flags
 
 
+def test_one_group_asked_for_is_not_a_collapse():
+    """A replay with groups = 1 (table 3's one prototype) forms one group by design."""
+    one_prototype = [RunMetrics("rot.groups-1", "hdcfl", seed, {**r.values, "num_groups": 1.0, "ari_true": 0.0, "groups_asked": 1.0})
+                     for seed, r in zip((1, 2, 3), RUNS[3:6])]
+    collapsed = [RunMetrics("rot.x", "hdcfl", seed, {**r.values, "num_groups": 1.0, "ari_true": 0.0, "groups_asked": 4.0})
+                 for seed, r in zip((1, 2, 3), RUNS[3:6])]
+    flags = row_flags(one_prototype + collapsed)
+    assert ("rot.groups-1", "hdcfl") not in flags
+    assert flags[("rot.x", "hdcfl")] == ["one group"]
+
+
+def test_groups_asked_reads_the_methods_own_count():
+    from analysis.final_metrics import groups_asked
+
+    assert groups_asked({"algorithm": {"name": "hdcfl", "hdcfl": {"groups": 1}, "ifca": {"clusters": 4}}}) == 1.0
+    assert groups_asked({"algorithm": {"name": "fedsoft", "fedsoft": {"centers": 3}}}) == 3.0
+    assert math.isnan(groups_asked({"algorithm": {"name": "fedavg"}}))
+
+
 @pytest.mark.parametrize("render", [to_markdown, to_csv, to_latex])
 def test_flags_appear_in_every_output_format(render):
     text = render(all_tables(RUNS))
