@@ -1,0 +1,109 @@
+"""Every "mean ± std" a page of the documentation quotes comes from a table a command
+generated, so a rerun that changes the table cannot leave stale prose behind.
+
+A page names its generated tables in a comment, anywhere in the page:
+
+    <!-- numbers from: reproduction-tables.md, reproduction-gain-grid.md -->
+
+(paths relative to the page). Every "a ± b" in the page outside code blocks must occur
+in one of them, signs aside; a page that quotes such a pair without naming a source
+fails, and so does a named source that does not exist.
+
+A dated record that no command can regenerate (a before/after comparison across a
+code change, replays of runs no longer on disk) sits between
+`<!-- record: WHAT, WHEN, WHY NOT GENERATED -->` and `<!-- end record -->`; its pairs
+are not checked, the reason must be given, and the page says so in its text. The generated files themselves
+(`hdcfl-ray report`, `hdcfl-ray calibrate --report`, benchmarks/crosscheck/run.py
+--table) are the sources and are not checked against anything."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIR = re.compile(r"(\d+(?:\.\d+)?)\s*±\s*(\d+(?:\.\d+)?)")
+SOURCES = re.compile(r"<!--\s*numbers from:\s*(.+?)\s*-->", re.DOTALL)
+FENCE = re.compile(r"^(```|~~~)")
+RECORD_START = re.compile(r"<!--\s*record:\s*(.*?)\s*-->")
+RECORD_END = re.compile(r"<!--\s*end record\s*-->")
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def quoted_pairs(text: str) -> list[tuple[int, tuple[str, str]]]:
+    """(line number, (mean, std)) of every pair outside fenced code blocks and records."""
+    found: list[tuple[int, tuple[str, str]]] = []
+    in_code = in_record = False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if FENCE.match(line.strip()):
+            in_code = not in_code
+            continue
+        if not in_code and RECORD_START.search(line):
+            in_record = True
+        if not in_code and not in_record:
+            found += [(number, pair) for pair in PAIR.findall(line)]
+        if not in_code and RECORD_END.search(line):
+            in_record = False
+    return found
+
+
+def named_sources(page: Path, text: str) -> list[Path]:
+    return [(page.parent / name.strip()).resolve() for marker in SOURCES.findall(text) for name in marker.split(",") if name.strip()]
+
+
+def source_files() -> set[Path]:
+    return {source for page in pages() for source in named_sources(page, page.read_text(encoding="utf-8"))}
+
+
+def test_pair_pattern_reads_signed_and_bold_pairs() -> None:
+    text = "| hdcfl | **84.45 ± 1.53** | +1.20 ± 1.17 | -0.14 ±1.25 |\n```\n9.99 ± 9.99\n```\n"
+    assert [pair for _, pair in quoted_pairs(text)] == [("84.45", "1.53"), ("1.20", "1.17"), ("0.14", "1.25")]
+
+
+def test_a_record_is_not_checked_and_must_say_why() -> None:
+    text = "1.00 ± 0.10\n<!-- record: before the seed-stream change, 2026-11-30 -->\n2.00 ± 0.20\n<!-- end record -->\n3.00 ± 0.30\n"
+    assert [pair for _, pair in quoted_pairs(text)] == [("1.00", "0.10"), ("3.00", "0.30")]
+
+
+def test_every_record_gives_its_reason_and_ends() -> None:
+    bad = []
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        starts, ends = RECORD_START.findall(text), RECORD_END.findall(text)
+        if len(starts) != len(ends):
+            bad.append(f"{page.relative_to(ROOT)}: {len(starts)} record starts, {len(ends)} ends")
+        bad += [f"{page.relative_to(ROOT)}: a record without its reason" for reason in starts if len(reason) < 20]
+    assert bad == [], "\n".join(bad)
+
+
+def test_every_named_source_exists() -> None:
+    missing = []
+    for page in pages():
+        for source in named_sources(page, page.read_text(encoding="utf-8")):
+            if not source.is_file():
+                missing.append(f"{page.relative_to(ROOT)} names {source} (not a file)")
+    assert missing == [], "\n".join(missing)
+
+
+def test_every_quoted_mean_and_std_is_in_a_generated_table_the_page_names() -> None:
+    sources = source_files()
+    stale: list[str] = []
+    for page in pages():
+        if page.resolve() in sources:
+            continue  # a generated table is where the numbers come from
+        text = page.read_text(encoding="utf-8")
+        quoted = quoted_pairs(text)
+        if not quoted:
+            continue
+        named = named_sources(page, text)
+        if not named:
+            stale.append(f"{page.relative_to(ROOT)} quotes {len(quoted)} 'mean ± std' pairs and names no generated table "
+                         "(add <!-- numbers from: FILE.md --> naming the tables its numbers come from)")
+            continue
+        available = {pair for source in named if source.is_file() for _, pair in quoted_pairs(source.read_text(encoding="utf-8"))}
+        stale += [f"{page.relative_to(ROOT)}:{line}: {mean} ± {std} is in none of {', '.join(s.name for s in named)}"
+                  for line, (mean, std) in quoted if (mean, std) not in available]
+    assert stale == [], "numbers in the docs that no generated table holds (rerun the table's command or fix the prose):\n" + "\n".join(stale)
