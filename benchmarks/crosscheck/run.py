@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import table_provenance  # noqa: E402
 from export_split import export  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -282,7 +284,7 @@ def run_paired(args: argparse.Namespace, methods: list[str], seeds: list[int], w
     text = paired_table(results)
     print(text)
     if args.table:
-        args.table.write_text(text)
+        args.table.write_text(text + "\n" + table_provenance() + "\n")
     return 0
 
 
@@ -334,7 +336,7 @@ def main() -> int:
     text = tables(results, seeds)
     print(text)
     if args.table:
-        args.table.write_text(text)
+        args.table.write_text(text + "\n" + table_provenance() + "\n")
     return 0
 
 

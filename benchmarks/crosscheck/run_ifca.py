@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import table_provenance  # noqa: E402
 from export_split import export  # noqa: E402
 from run import REPO_ROOT, agreement_band, clean_env, mean_std, our_client_values_by_round, our_final, our_run  # noqa: E402
 
@@ -145,7 +147,7 @@ def main() -> int:
         ]) + "\n"
     print(text)
     if args.table:
-        args.table.write_text(text)
+        args.table.write_text(text + "\n" + table_provenance() + "\n")
     return 0
 
 
