@@ -180,7 +180,7 @@ def personalisation_gains(records: list[RunMetrics], metric: str = "mean_accurac
     global_metric = dict(PAIRED_GLOBAL)[metric]
     paired: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for record in records:
-        own, shared = record.values[metric], record.values.get(global_metric, math.nan)
+        own, shared = record.values.get(metric, math.nan), record.values.get(global_metric, math.nan)
         if math.isnan(own) or math.isnan(shared):
             continue
         paired.setdefault((record.setting, record.method), []).append((own, shared))
