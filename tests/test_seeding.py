@@ -62,3 +62,28 @@ def test_no_product_module_derives_a_seed_by_arithmetic() -> None:
         if pattern.search(line.split("#")[0])
     ]
     assert offenders == []
+
+
+def test_models_built_in_parallel_threads_get_their_own_seeds_initial_weights():
+    """A sweep with --parallel builds each run's model in its own thread; torch's
+    initialisers draw from the one global generator, so without the lock a run could
+    start from another run's seed (seen once in a parallel sweep: round 1 differed
+    from a rerun of the same seed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from hdcfl_ray.config.schema import ModelConfig
+    from hdcfl_ray.models.split_model import build_split_model
+
+    config = ModelConfig(encoder="small_cnn", width=16, feature_dim=64)
+
+    def weights(seed: int) -> torch.Tensor:
+        model = build_split_model(config, in_channels=3, num_classes=10, seed=seed)
+        return torch.cat([p.detach().flatten() for p in (*model.encoder.parameters(), *model.head.parameters())])
+
+    seeds = [s % 4 for s in range(48)]
+    serial = {seed: weights(seed) for seed in set(seeds)}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        parallel = list(pool.map(weights, seeds))
+    assert all(torch.equal(built, serial[seed]) for seed, built in zip(seeds, parallel))

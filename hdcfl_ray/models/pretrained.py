@@ -17,6 +17,7 @@ from torch import nn
 from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.models.encoders import build_encoder
+from hdcfl_ray.models.seeded_rng import global_cpu_rng
 
 # Checkpoints often wrap the state dict under one of these keys.
 WRAPPER_KEYS = ("state_dict", "encoder")
@@ -79,7 +80,7 @@ def check_pretrained(config: ModelConfig, in_channels: int) -> PretrainedLoad | 
     The torch RNG is left as it was (the run's models are built from the seed later)."""
     if config.pretrained is None:
         return None
-    with torch.random.fork_rng(devices=[]):
+    with global_cpu_rng():
         encoder = build_encoder(config, in_channels)
     return load_pretrained_encoder(encoder, config.pretrained)
 

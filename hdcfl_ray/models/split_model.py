@@ -18,6 +18,7 @@ from torch import nn
 from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.models.encoders import build_encoder
 from hdcfl_ray.models.pretrained import load_pretrained_encoder
+from hdcfl_ray.models.seeded_rng import global_cpu_rng
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +65,8 @@ def build_split_model(config: ModelConfig, in_channels: int, num_classes: int, s
     """
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    # Models are built on the CPU, so only the CPU generator is forked and
-    # seeded; torch.manual_seed would also queue a reseed of every GPU.
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed)
+    # under the process-wide lock: a parallel sweep builds models in several threads
+    with global_cpu_rng(seed):
         encoder = build_encoder(config, in_channels)
         head = nn.Linear(encoder.feature_dim, num_classes)
     if config.pretrained is not None:
