@@ -6,7 +6,6 @@ during the run.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -569,6 +568,7 @@ def donor_swap(
     from hdcfl_ray.config.paths import check_writable
     from hdcfl_ray.diagnostics.donor_swap_run import donor_swap_runs, format_summary
     from hdcfl_ray.durable_files import write_text_durably
+    from hdcfl_ray.logs.manifest import read_manifest
 
     try:
         if report_file is not None:
@@ -584,8 +584,8 @@ def donor_swap(
         manifests = []
         for run_dir in run_dirs:
             try:
-                manifests.append(json.loads((Path(run_dir) / "manifest.json").read_text()))
-            except (OSError, ValueError):
+                manifests.append(read_manifest(run_dir) or {})
+            except ScenarioError:  # a damaged manifest leaves its run's provenance unrecorded
                 manifests.append({})
         listed = ", ".join(f"`{run_dir}`" for run_dir in run_dirs)
         source = provenance_note(run_provenance(manifest) for manifest in manifests)

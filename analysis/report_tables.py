@@ -144,6 +144,7 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
     bases = sorted({s.split(".", 1)[0] for s in settings if "." in s})
     accuracy = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
     diagnostics = (("Sil.", "refresh_silhouette"), ("Refresh ARI", "refresh_ari_previous"))
+    by_seed = {(r.setting, r.method, r.seed): r.values.get("mean_accuracy", math.nan) for r in records}
     for base in bases:
         members = [s for s in settings if s == base or s.startswith(base + ".")]
         logged = [name for name, metric in diagnostics
@@ -154,7 +155,6 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
             ["Variant", "Method", *[name for name, _ in columns], "Mean minus as run (per seed)", "Verdict vs as run"],
         )
         per_metric = {metric: cells(records, metric) for _, metric in columns}
-        by_seed = {(r.setting, r.method, r.seed): r.values.get("mean_accuracy", math.nan) for r in records}
         for setting in members:
             variant = "as run" if setting == base else setting.split(".", 1)[1]
             for method in sorted({r.method for r in records if r.setting == setting}):

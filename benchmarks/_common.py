@@ -221,15 +221,12 @@ def append_markdown(
 
 def table_provenance(repo: Path | None = None) -> str:
     """One line for the foot of a written table: the commit, CPU, torch and Ray it was made with."""
-    import subprocess
+    from hdcfl_ray.logs.manifest import git_dirty, git_revision
 
     root = repo or Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        commit += " (with uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unrecorded"
+    revision = git_revision(root)
+    commit = revision[:10] if revision else "unrecorded"
+    commit += " (with uncommitted changes)" if git_dirty(root) else ""
     machine = machine_description()
     return (f"Made at commit {commit} on {machine['cpu']} ({machine['cores']} cores), torch {machine.get('torch', 'unrecorded')}, "
             f"Ray {machine.get('ray', 'unrecorded')}, {machine['date'][:10]}.")
