@@ -130,8 +130,8 @@ def donor_swap_unit(run_dir: Path, out_dir: Path | None = None, max_test_samples
 
 
 def donor_swap(run_dir: Path, out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
-    """The diagnostic of one run (donor_swap_unit), summarised."""
-    return summarise([donor_swap_unit(run_dir, out_dir, max_test_samples)])
+    """The diagnostic of one run, summarised (donor_swap_runs with one run)."""
+    return donor_swap_runs([run_dir], out_dir, max_test_samples)
 
 
 def donor_swap_runs(run_dirs: list[Path], out_dir: Path | None = None, max_test_samples: int | None = 256) -> DonorSwapSummary:
@@ -140,11 +140,14 @@ def donor_swap_runs(run_dirs: list[Path], out_dir: Path | None = None, max_test_
     seeds. With `out_dir`, each run's pairs go to out_dir/<position>-<run folder name>/."""
     if not run_dirs:
         raise ValueError("donor_swap_runs needs at least one run")
-    units = []
-    for position, run_dir in enumerate(run_dirs, start=1):
-        target = None if out_dir is None else Path(out_dir) / (f"{position}-{Path(run_dir).name}" if len(run_dirs) > 1 else "")
-        units.append(donor_swap_unit(Path(run_dir), target, max_test_samples))
-    return summarise(units)
+    def pairs_folder(position: int, run_dir: Path) -> Path | None:
+        if out_dir is None or len(run_dirs) == 1:
+            return out_dir
+        return Path(out_dir) / f"{position}-{Path(run_dir).name}"
+
+    return summarise(
+        [donor_swap_unit(Path(run_dir), pairs_folder(position, run_dir), max_test_samples) for position, run_dir in enumerate(run_dirs, start=1)]
+    )
 
 
 def write_pairs(
