@@ -25,7 +25,7 @@
 # Runs go to $PAPER_SIZE_OUT (default runs/paper-size-compare), calibration tables to
 # docs/calibration/paper-size-<form>-<knob>.md. Two runs at a time, one core each.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 : "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. data/cifar10-parquet from scripts/cifar10_to_parquet.py}"
 out="${PAPER_SIZE_OUT:-runs/paper-size-compare}"
 which="${1:-all}"
