@@ -461,6 +461,7 @@ def report(
     output_format: str = typer.Option("table", "--format", help="table (terminal), md, csv or latex."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of the terminal."),
     figures: Optional[Path] = typer.Option(None, "--figures", help="Also write PNG figures (learning curves, grouping diagnostics, client distributions, memberships) to this folder."),
+    against: Optional[str] = typer.Option(None, "--against", help="The method (or output.label) the paired table takes each other method from, seed by seed (default: hdcfl)."),
 ) -> None:
     """The paper's tables from finished runs: mean ± sample std over seeds, best and second
     best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods."""
@@ -512,7 +513,10 @@ def report(
     records = run_metrics(runs)
     if not records:
         _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
-    tables = all_tables(records)
+    methods = sorted({record.method for record in records})
+    if against is not None and against not in methods:
+        _fail_bad_input(ScenarioError(f"--against {against!r}: no completed run of that method here; the runs hold {', '.join(methods)}"))
+    tables = all_tables(records, against or "hdcfl")
     if figures is not None:
         from analysis.figures import write_figures
 

@@ -58,8 +58,12 @@ class RunRecord:
 
 
 def method_label(scenario: dict[str, Any]) -> str:
-    """FedSoft training every client each round spends about 1/participation times the
-    others' budget: it is reported as `fedsoft-all`, never mixed with budget-equal FedSoft."""
+    """The scenario's `output.label` where it sets one (a variant the user named). Else the
+    algorithm; FedSoft training every client each round spends about 1/participation times
+    the others' budget, so it is reported as `fedsoft-all`, never mixed with budget-equal FedSoft."""
+    label = (scenario.get("output") or {}).get("label")
+    if label:
+        return str(label)
     algorithm = scenario.get("algorithm") or {}
     name = str(algorithm.get("name"))
     if name == "fedsoft" and (algorithm.get("fedsoft") or {}).get("selection_mode") == "all_clients":

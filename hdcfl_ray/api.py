@@ -314,10 +314,11 @@ def _seed(value: Any) -> int:
     return value
 
 
-def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md") -> str:
+def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md", against: str | None = None) -> str:
     """The report tables of finished runs, as `hdcfl-ray report --format FORMAT`:
     md (Markdown), csv, latex, or table (the terminal tables as plain text).
     paths: run directories, sweep folders, folders that hold run directories, or Runs.
+    against: the method (or output.label) the paired table compares every other one with (default hdcfl).
     Unfinished runs are left out (with a warning)."""
     from analysis.final_metrics import run_metrics
     from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
@@ -342,7 +343,10 @@ def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md")
         raise ScenarioError(
             f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, folders))}"
         )
-    tables = all_tables(records)
+    methods = sorted({record.method for record in records})
+    if against is not None and against not in methods:
+        raise ScenarioError(f"against={against!r}: no completed run of that method here; the runs hold {', '.join(methods)}")
+    tables = all_tables(records, against or "hdcfl")
     if format == "table":
         from rich.console import Console
 

@@ -533,6 +533,14 @@ class OutputConfig(Section):
     mlflow_uri: str | None = Field(
         None, description="MLflow tracking URI (a server, sqlite:///path.db); null = sqlite:///<output.dir>/mlflow.db"
     )
+    label: str | None = Field(
+        None,
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._+-]+$",
+        description="the method name reports list this run under (null = the algorithm's name): a variant of a method, "
+        "e.g. fedbabu-ft20 for FedBABU with more fine-tuning, gets its own row beside the method in the same setting and "
+        "is paired with the other methods by seed",
+    )
 
 
 class Scenario(Section):
