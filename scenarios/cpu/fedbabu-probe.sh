@@ -7,18 +7,21 @@
 # budget were the reason, the gap to FedAvg-SE would close.
 #
 #   export HDCFL_CIFAR10_PARQUET=data/cifar10-parquet   # from the repository root
-#   scenarios/cpu/fedbabu-probe.sh                      # 6 runs into runs/cpu-fedbabu-probe
+#   scenarios/cpu/fedbabu-probe.sh                      # 6 runs into runs/cpu-fedbabu-ft20
 #
-# Writes docs/reproduction-fedbabu-probe.md: FedBABU (5 and 20 fine-tuning epochs), FedAvg-SE and
-# Local from the reproduction sweep, with the personalisation-step and paired tables.
+# The longer fine-tuning runs in the same settings under the label fedbabu-ft20 (output.label),
+# so the report pairs them by seed with the sweep's runs. Writes docs/reproduction-fedbabu-probe.md:
+# FedBABU (5 and 20 fine-tuning epochs), FedAvg-SE and Local from the reproduction sweep, with the
+# personalisation-step table and FedAvg-SE minus each of them, seed by seed (report --against).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. data/cifar10-parquet from scripts/cifar10_to_parquet.py}"
 runs="${REPRODUCTION_OUT:-runs/cpu-reproduction}"
-out="${FEDBABU_PROBE_OUT:-runs/cpu-fedbabu-probe}"
+out="${FEDBABU_PROBE_OUT:-runs/cpu-fedbabu-ft20}"
 
 for setting in rot ls3; do
   hdcfl-ray sweep "scenarios/cpu/cpu-c10-$setting.yaml" --algorithms fedbabu --seeds 42,123,2026 \
-    --set "name=cpu-c10-$setting-finetune20" --set algorithm.fedbabu.finetune_epochs=20 --out "$out/$setting"
+    --set algorithm.fedbabu.finetune_epochs=20 --set output.label=fedbabu-ft20 --out "$out/$setting"
 done
-hdcfl-ray report "$runs"/cpu-c10-{rot,ls3}/{fedbabu,fedavg_se,local} "$out" --format md --out docs/reproduction-fedbabu-probe.md
+hdcfl-ray report "$runs"/cpu-c10-{rot,ls3}/{fedbabu,fedavg_se,local} "$out" --against fedavg_se --format md \
+  --out docs/reproduction-fedbabu-probe.md
