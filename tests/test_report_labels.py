@@ -78,3 +78,11 @@ def test_a_label_with_spaces_is_refused_naming_the_key():
 
     with pytest.raises(ScenarioError, match="output.label"):
         build_scenario(tiny_scenario(output={"label": "my variant"}))
+
+
+def test_a_sweep_refuses_one_label_for_several_methods(write_scenario, tmp_path):
+    path = write_scenario(tiny_scenario(output={"label": "variant"}))
+    result = runner.invoke(app, ["sweep", str(path), "--algorithms", "fedavg,local", "--out", str(tmp_path / "sweep")])
+    assert result.exit_code == 2, result.output
+    assert "output.label 'variant'" in result.output and "fedavg, local" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "sweep").exists()

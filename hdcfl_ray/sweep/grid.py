@@ -123,6 +123,13 @@ def expand(plan: SweepPlan) -> list[SweepRun]:
     for path in plan.scenario_files:
         base = apply_overrides(read_scenario_file(path), list(plan.overrides))
         algorithms = chosen or (str(base.get("algorithm", {}).get("name")),)
+        label = (base.get("output") or {}).get("label")
+        if label and len(algorithms) > 1:
+            raise ScenarioError(
+                f"{path}: output.label {label!r} names one method's variant, and this sweep runs {len(algorithms)} methods "
+                f"({', '.join(algorithms)}): reports would list them all under one name. Give the labelled variant a sweep "
+                "of its own (--algorithms with one method)"
+            )
         seeds = plan.seeds or (int(base.get("seed", 42)),)
         for algorithm in algorithms:
             for seed in seeds:
