@@ -86,3 +86,12 @@ def test_a_sweep_refuses_one_label_for_several_methods(write_scenario, tmp_path)
     assert result.exit_code == 2, result.output
     assert "output.label 'variant'" in result.output and "fedavg, local" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "sweep").exists()
+
+
+def test_the_python_report_takes_against_as_the_cli_does(labelled_runs):
+    import hdcfl_ray
+    from hdcfl_ray.errors import ScenarioError
+
+    assert "fedavg minus each method" in hdcfl_ray.report(labelled_runs, against="fedavg")
+    with pytest.raises(ScenarioError, match="fedavg, fedavg-lr-half"):
+        hdcfl_ray.report(labelled_runs, against="hdcfl")
