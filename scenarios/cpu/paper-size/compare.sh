@@ -18,7 +18,8 @@
 #      Rot smallest 0.53, median 1.97 degrees; LS3 smallest 1.20, median 3.38). Their other knobs
 #      keep the 250-image held-out values the scenarios carry (docs/calibration.md);
 #   4. those four methods at their chosen values, 3 seeds;
-#   5. the form's report, docs/reproduction-paper-size-<form>.md, and the replays of its HDC-FL
+#   5. the form's report, docs/reproduction-paper-size-<form>.md (learning curves, which show
+#      whether the form reached its plateau, in docs/figures/paper-size-<form>/), and the replays of its HDC-FL
 #      runs (scenarios/cpu/replays.sh <form> paper-size: tables 3, 10, 12, 13 and 14).
 # Then, with both forms done, docs/reproduction-paper-size-tables.md over all 48 runs.
 #
@@ -63,7 +64,7 @@ for form in "${forms[@]}"; do
     value=$(chosen "docs/calibration/paper-size-$form-$method-$knob.md")
     hdcfl-ray sweep "$scenario" --algorithms "$method" --seeds "$seeds" --set "algorithm.$method.$knob=$value" "${one_host[@]}" --out "$out/$form/$method"
   done
-  hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md"
+  hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md" --figures "docs/figures/paper-size-$form"
   PAPER_SIZE_OUT="$out" scenarios/cpu/replays.sh "$form" paper-size   # tables 3, 10, 12, 13, 14 from the HDC-FL runs
 done
 if [ -d "$out/ls3" ] && [ -d "$out/rot" ] && [ "$which" = all ]; then
