@@ -513,10 +513,10 @@ def report(
     records = run_metrics(runs)
     if not records:
         _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
-    methods = sorted({record.method for record in records})
-    if against is not None and against not in methods:
-        _fail_bad_input(ScenarioError(f"--against {against!r}: no completed run of that method here; the runs hold {', '.join(methods)}"))
-    tables = all_tables(records, against or "hdcfl")
+    try:
+        tables = all_tables(records, against)
+    except ScenarioError as error:
+        _fail_bad_input(error)
     if figures is not None:
         from analysis.figures import write_figures
 

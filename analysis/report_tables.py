@@ -346,8 +346,14 @@ def budget_table(records: list[RunMetrics]) -> ReportTable | None:
     return table
 
 
-def all_tables(records: list[RunMetrics], against: str = "hdcfl") -> list[ReportTable]:
-    """Every report table; the paired table takes `against` minus each other method."""
+def all_tables(records: list[RunMetrics], against: str | None = None) -> list[ReportTable]:
+    """Every report table; the paired table takes `against` (default hdcfl) minus each
+    other method. A named `against` that no record holds is bad input (ScenarioError)."""
+    methods = sorted({record.method for record in records})
+    if against is not None and against not in methods:
+        from hdcfl_ray.errors import ScenarioError
+
+        raise ScenarioError(f"--against {against!r}: no completed run of that method here; the runs hold {', '.join(methods)}")
     tables = [
         per_setting_table(records, "mean_accuracy", with_rank=True, with_macro=False),
         per_setting_table(records, "worst_accuracy", with_rank=False, with_macro=True),
@@ -359,7 +365,7 @@ def all_tables(records: list[RunMetrics], against: str = "hdcfl") -> list[Report
         tables.append(per_setting_table(records, "mean_accuracy_own_classes", with_rank=False, with_macro=False))
     if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in records):
         tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
-    optional = (clustered_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against))
+    optional = (clustered_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against or "hdcfl"))
     every = tables + [table for table in optional if table is not None] + variant_tables(records)
     source = provenance_note(record.provenance for record in records if record.provenance)
     for table in every:  # a table copied on its own still says what produced it

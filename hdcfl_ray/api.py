@@ -343,10 +343,7 @@ def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md",
         raise ScenarioError(
             f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, folders))}"
         )
-    methods = sorted({record.method for record in records})
-    if against is not None and against not in methods:
-        raise ScenarioError(f"against={against!r}: no completed run of that method here; the runs hold {', '.join(methods)}")
-    tables = all_tables(records, against or "hdcfl")
+    tables = all_tables(records, against)
     if format == "table":
         from rich.console import Console
 
