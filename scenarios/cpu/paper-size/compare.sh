@@ -10,7 +10,8 @@
 # Per form, in this order (each step skips what is finished, so a rerun resumes where a killed
 # one stopped; every run is niced by the caller if wanted):
 #   1. the pretrained weights (once, shared by both forms): hdcfl-ray pretrain, 10 epochs;
-#   2. the methods without a data-dependent knob: HDC-FL, FedAvg-SE, FedBABU, FedALA, 3 seeds;
+#   2. the methods without a data-dependent knob: HDC-FL, FedAvg-SE, FedBABU, FedALA, 3 seeds, and
+#      Local as the reference the report flags a method below (a shortfall, a collapse);
 #   3. the knob each remaining method's result hinges on, chosen by `hdcfl-ray calibrate` at seed
 #      42 on a fifth of each client's training images held out (never the test set), with 20 rounds
 #      on both forms for time: IFCA's model count, FedSoft's centre count, FedCE's temperature and
@@ -53,7 +54,7 @@ forms=(ls3 rot)
 [ "$which" != all ] && forms=("$which")
 for form in "${forms[@]}"; do
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
-  hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala --seeds "$seeds" "${one_host[@]}" --out "$out/$form/knob-free"
+  hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala,local --seeds "$seeds" "${one_host[@]}" --out "$out/$form/knob-free"
   if [ "$form" = rot ]; then thresholds=0.75,1.25,2; else thresholds=1.5,2.5,3.5; fi
   calibrate "$form" pacfl-threshold pacfl algorithm.pacfl.threshold "$thresholds"
   calibrate "$form" ifca-clusters ifca algorithm.ifca.clusters 2,4,10
