@@ -22,7 +22,7 @@
 #   5. the form's report, docs/reproduction-paper-size-<form>.md (learning curves, which show
 #      whether the form reached its plateau, in docs/figures/paper-size-<form>/), and the replays of its HDC-FL
 #      runs (scenarios/cpu/replays.sh <form> paper-size: tables 3, 10, 12, 13 and 14).
-# Then, with both forms done, docs/reproduction-paper-size-tables.md over all 48 runs.
+# Then, with both forms done, docs/reproduction-paper-size-tables.md over all 54 runs (48 and Local's 6).
 #
 # Runs go to $PAPER_SIZE_OUT (default runs/paper-size-compare), calibration tables to
 # docs/calibration/paper-size-<form>-<knob>.md. Two runs at a time, one core each.
