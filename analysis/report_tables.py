@@ -8,6 +8,8 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from hdcfl_ray.errors import ScenarioError
+
 from analysis.provenance import provenance_note
 from analysis.verdict import RULE, paired_verdict
 from analysis.row_flags import flag_note, flagged, row_flags
@@ -351,8 +353,6 @@ def all_tables(records: list[RunMetrics], against: str | None = None) -> list[Re
     other method. A named `against` that no record holds is bad input (ScenarioError)."""
     methods = sorted({record.method for record in records})
     if against is not None and against not in methods:
-        from hdcfl_ray.errors import ScenarioError
-
         raise ScenarioError(f"--against {against!r}: no completed run of that method here; the runs hold {', '.join(methods)}")
     tables = [
         per_setting_table(records, "mean_accuracy", with_rank=True, with_macro=False),
