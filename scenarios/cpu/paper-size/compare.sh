@@ -18,7 +18,7 @@
 #      PACFL's threshold (its grid brackets the pairwise subspace angles measured at this size:
 #      Rot smallest 0.53, median 1.97 degrees; LS3 smallest 1.20, median 3.38). Their other knobs
 #      keep the 250-image held-out values the scenarios carry (docs/calibration.md);
-#   4. those four methods at their chosen values, 3 seeds;
+#   4. each of those four methods at its chosen value, 3 seeds, right after its calibration;
 #   5. the form's report, docs/reproduction-paper-size-<form>.md (learning curves, which show
 #      whether the form reached its plateau, in docs/figures/paper-size-<form>/), and the replays of its HDC-FL
 #      runs (scenarios/cpu/replays.sh <form> paper-size: tables 3, 10, 12, 13 and 14).
@@ -42,12 +42,15 @@ chosen() {  # chosen REPORT: the value a calibration table's last line names
   sed -n 's/.*Chosen: [^ ]* = \([^ ]*\) by the rule.*/\1/p' "$1"
 }
 
-calibrate() {  # calibrate FORM NAME METHOD KEY VALUES
-  local form=$1 name=$2 method=$3 key=$4 values=$5
-  hdcfl-ray calibrate "scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml" --algorithm "$method" \
-    --key "$key" --values "$values" --seeds 42 --set protocol.rounds=20 "${one_host[@]}" \
-    --out "$out/calibrate/$form-$name" --report "docs/calibration/paper-size-$form-$name.md"
-  [ -n "$(chosen "docs/calibration/paper-size-$form-$name.md")" ] || { echo "compare.sh: $form $name: no value chosen" >&2; exit 1; }
+calibrated() {  # calibrated FORM METHOD KNOB VALUES: choose algorithm.METHOD.KNOB, then run it, 3 seeds
+  local form=$1 method=$2 knob=$3 values=$4 scenario report value
+  scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
+  report="docs/calibration/paper-size-$form-$method-$knob.md"
+  hdcfl-ray calibrate "$scenario" --algorithm "$method" --key "algorithm.$method.$knob" --values "$values" --seeds 42 \
+    --set protocol.rounds=20 "${one_host[@]}" --out "$out/calibrate/$form-$method-$knob" --report "$report"
+  value=$(chosen "$report")
+  [ -n "$value" ] || { echo "compare.sh: $form $method $knob: no value chosen" >&2; exit 1; }
+  hdcfl-ray sweep "$scenario" --algorithms "$method" --seeds "$seeds" --set "algorithm.$method.$knob=$value" "${one_host[@]}" --out "$out/$form/$method"
 }
 
 forms=(ls3 rot)
@@ -56,15 +59,10 @@ for form in "${forms[@]}"; do
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
   hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala,local --seeds "$seeds" "${one_host[@]}" --out "$out/$form/knob-free"
   if [ "$form" = rot ]; then thresholds=0.75,1.25,2; else thresholds=1.5,2.5,3.5; fi
-  calibrate "$form" pacfl-threshold pacfl algorithm.pacfl.threshold "$thresholds"
-  calibrate "$form" ifca-clusters ifca algorithm.ifca.clusters 2,4,10
-  calibrate "$form" fedsoft-centers fedsoft algorithm.fedsoft.centers 2,4,10
-  calibrate "$form" fedce-temperature fedce algorithm.fedce.temperature 1,2,4
-  for pair in pacfl:threshold ifca:clusters fedsoft:centers fedce:temperature; do
-    method=${pair%%:*} knob=${pair##*:}
-    value=$(chosen "docs/calibration/paper-size-$form-$method-$knob.md")
-    hdcfl-ray sweep "$scenario" --algorithms "$method" --seeds "$seeds" --set "algorithm.$method.$knob=$value" "${one_host[@]}" --out "$out/$form/$method"
-  done
+  calibrated "$form" pacfl threshold "$thresholds"
+  calibrated "$form" ifca clusters 2,4,10
+  calibrated "$form" fedsoft centers 2,4,10
+  calibrated "$form" fedce temperature 1,2,4
   hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md" --figures "docs/figures/paper-size-$form"
   PAPER_SIZE_OUT="$out" scenarios/cpu/replays.sh "$form" paper-size   # tables 3, 10, 12, 13, 14 from the HDC-FL runs
 done
