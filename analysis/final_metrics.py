@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import mean, stdev
 
+from analysis.participation_split import participation_split
 from analysis.provenance import run_provenance
 from analysis.runs import RunRecord
 
@@ -66,6 +67,7 @@ def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
         values = {metric: _float(final.get(metric)) for metric in METRICS}
         values.update(run_budget(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
+        values.update(participation_split(run, int(final["round"])))
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from hdcfl_ray.errors import ScenarioError
 
+from analysis.participation_split import DIFFERENCE, NON_PARTICIPANTS, PARTICIPANTS
 from analysis.provenance import provenance_note
 from analysis.verdict import RULE, paired_verdict
 from analysis.row_flags import flag_note, flagged, row_flags
@@ -312,6 +313,30 @@ def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
     return table
 
 
+def participation_table(records: list[RunMetrics]) -> ReportTable | None:
+    """Under partial participation: the final round's accuracy of the clients that trained
+    in it beside that of the clients that sat it out, and their difference paired by seed.
+    A shared model scored on clients that did not train it shows a wide difference."""
+    split = [r for r in records if not math.isnan(r.values.get(DIFFERENCE, math.nan))]
+    if not split:
+        return None
+    table = ReportTable(
+        "Final-round accuracy (%) of the clients that trained in the final round and of those that sat it out (partial participation)",
+        ["Setting", "Method", "Trained in the final round", "Sat it out", "Difference (pp)"],
+    )
+    trained, rest, difference = cells(split, PARTICIPANTS), cells(split, NON_PARTICIPANTS), cells(split, DIFFERENCE)
+    for key in sorted(trained):
+        table.rows.append(
+            [Text(key[0]), Text(key[1]), Text(_with_std(trained[key])), Text(_with_std(rest[key])), Text(_with_std(difference[key], signed=True))]
+        )
+    table.note = (
+        "Each side is the mean over its clients at the final evaluation, then mean ± sample std over seeds; the difference "
+        "is taken per seed. Clients scored with a private head keep it fitted to their own classes; clients scored with a "
+        "shared model (a cluster model, a global head) that sat the round out get it as that round's participants left it."
+    )
+    return table
+
+
 def budget_table(records: list[RunMetrics]) -> ReportTable | None:
     """Local training work per method, counted by the runtime: a method that trains more
     clients, more models or extra epochs shows it here beside its accuracy."""
@@ -365,7 +390,7 @@ def all_tables(records: list[RunMetrics], against: str | None = None) -> list[Re
         tables.append(per_setting_table(records, "mean_accuracy_own_classes", with_rank=False, with_macro=False))
     if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in records):
         tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
-    optional = (clustered_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against or "hdcfl"))
+    optional = (clustered_table(records), participation_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against or "hdcfl"))
     every = tables + [table for table in optional if table is not None] + variant_tables(records)
     source = provenance_note(record.provenance for record in records if record.provenance)
     for table in every:  # a table copied on its own still says what produced it
