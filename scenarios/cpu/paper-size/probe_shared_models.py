@@ -1,0 +1,76 @@
+"""Probe: does a clustered method lose accuracy where clients share a model?
+
+For each run of METHOD under SWEEP_DIR and Local's run of the same setting and seed
+under LOCAL_DIR, it pairs the clients' final-round accuracies and splits the clients by
+the size of the group they ended in: alone in their group (the method then trains a
+model on that client's data only, as Local does) or sharing it with others. A method
+that matches Local on its lone clients and falls behind on the shared ones loses its
+accuracy to the sharing, not to its implementation.
+
+    python scenarios/cpu/paper-size/probe_shared_models.py \
+        runs/paper-size-compare/ls3/pacfl runs/paper-size-compare/ls3/knob-free
+
+Writes a Markdown table to stdout: per seed and group-size class, the number of
+clients, the method's mean accuracy on them, Local's on the same clients, and the
+mean accuracy restricted to the clients' own classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+
+def final_clients(run_dir: Path) -> pd.DataFrame:
+    clients = pq.read_table(run_dir / "clients.parquet").to_pandas()
+    return clients[clients["round"] == clients["round"].max()].set_index("client_id")
+
+
+def paired_rows(sweep_dir: Path, local_dir: Path) -> list[dict[str, object]]:
+    rows = []
+    runs = sorted((p.parent for p in sweep_dir.glob("*/*/seed*/clients.parquet")), key=lambda d: (d.parent.parent.name, d.parent.name, int(d.name[4:])))
+    for run_dir in runs:
+        setting, method, seed = run_dir.parent.parent.name, run_dir.parent.name, run_dir.name
+        local_run = local_dir / setting / "local" / seed
+        if not (local_run / "clients.parquet").exists():
+            print(f"no Local run for {setting}/{seed} under {local_dir}; skipped", file=sys.stderr)
+            continue
+        ours, local = final_clients(run_dir), final_clients(local_run)
+        sizes = ours["group"].map(ours["group"].value_counts())
+        for label, members in (("alone in its group", sizes == 1), ("sharing its group", sizes > 1)):
+            ids = ours.index[members]
+            if len(ids) == 0:
+                continue
+            rows.append(
+                {
+                    "setting": setting, "method": method, "seed": seed.removeprefix("seed"), "clients": label,
+                    "n": len(ids), "method_acc": 100 * ours.loc[ids, "accuracy"].mean(),
+                    "own_classes": 100 * ours.loc[ids, "accuracy_own_classes"].mean(), "local_acc": 100 * local.loc[ids, "accuracy"].mean(),
+                }  # fmt: skip
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, help="a sweep folder of the clustered method (SETTING/METHOD/seedN below it)")
+    parser.add_argument("local_dir", type=Path, help="a sweep folder holding Local's runs of the same settings and seeds")
+    args = parser.parse_args()
+    rows = paired_rows(args.sweep_dir, args.local_dir)
+    if not rows:
+        sys.exit(f"no finished runs with group assignments under {args.sweep_dir}")
+    print("| Setting | Method | Seed | Clients | Count | Method acc. | Method, own classes | Local, same clients |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['setting']} | {row['method']} | {row['seed']} | {row['clients']} | {row['n']} | {row['method_acc']:.2f} | "
+            f"{row['own_classes']:.2f} | {row['local_acc']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
