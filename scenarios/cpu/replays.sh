@@ -27,7 +27,7 @@ case "$scale" in
   *) echo "replays.sh: the scale is cpu or paper-size, not $scale" >&2; exit 2 ;;
 esac
 hdcfl_runs() {  # the folder holding a setting's HDC-FL runs (seed42, seed123, seed2026)
-  if [ "$scale" = cpu ]; then echo "$runs/cpu-c10-$1/hdcfl"; else echo "$runs/$1/knob-free/paper-size-c10-$1-pretrained/hdcfl"; fi
+  if [ "$scale" = cpu ]; then echo "$runs/cpu-c10-$1/hdcfl"; else echo "$runs/$1/paper-size-c10-$1-pretrained/hdcfl"; fi
 }
 settings=(rot ls3)
 [ "$which" != all ] && settings=("$which")

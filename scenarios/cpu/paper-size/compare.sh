@@ -10,22 +10,24 @@
 # Per form, in this order (each step skips what is finished, so a rerun resumes where a killed
 # one stopped; every run is niced by the caller if wanted):
 #   1. the pretrained weights (once, shared by both forms): hdcfl-ray pretrain, 10 epochs;
-#   2. the methods without a data-dependent knob: HDC-FL, FedAvg-SE, FedBABU, FedALA, 3 seeds, and
-#      Local as the reference the report flags a method below (a shortfall, a collapse);
-#   3. the knob each remaining method's result hinges on, chosen by `hdcfl-ray calibrate` at seed
+#   2. the knob each of four methods' results hinges on, chosen by `hdcfl-ray calibrate` at seed
 #      42 on a fifth of each client's training images held out (never the test set), with 20 rounds
 #      on both forms for time: IFCA's model count, FedSoft's centre count, FedCE's temperature and
 #      PACFL's threshold (its grid brackets the pairwise subspace angles measured at this size:
 #      Rot smallest 0.53, median 1.97 degrees; LS3 smallest 1.20, median 3.38). Their other knobs
 #      keep the 250-image held-out values the scenarios carry (docs/calibration.md);
-#   4. each of those four methods at its chosen value, 3 seeds, right after its calibration;
-#   5. the form's report, docs/reproduction-paper-size-<form>.md (learning curves, which show
+#   3. one sweep of all nine methods x 3 seeds (27 runs): HDC-FL, FedAvg-SE, FedBABU and FedALA,
+#      which have no data-dependent knob, the four above at their chosen values, and Local as the
+#      reference the report flags a method below (a shortfall, a collapse). One sweep keeps both
+#      cores busy to its last run; each --set reaches only its own method's runs;
+#   4. the form's report, docs/reproduction-paper-size-<form>.md (learning curves, which show
 #      whether the form reached its plateau, in docs/figures/paper-size-<form>/), and the replays of its HDC-FL
 #      runs (scenarios/cpu/replays.sh <form> paper-size: tables 3, 10, 12, 13 and 14).
 # Then, with both forms done, docs/reproduction-paper-size-tables.md over all 54 runs (48 and Local's 6).
 #
-# Runs go to $PAPER_SIZE_OUT (default runs/paper-size-compare), calibration tables to
-# docs/calibration/paper-size-<form>-<knob>.md. Two runs at a time, one core each.
+# Runs go to $PAPER_SIZE_OUT/<form>/<setting>/<method>/seed<N> (default runs/paper-size-compare),
+# calibration runs to $PAPER_SIZE_OUT/calibrate, their tables to
+# docs/calibration/paper-size-<form>-<method>-<knob>.md. Two runs at a time, one core each.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 : "${HDCFL_CIFAR10_PARQUET:?export HDCFL_CIFAR10_PARQUET=<folder with train.parquet and test.parquet>, e.g. data/cifar10-parquet from scripts/cifar10_to_parquet.py}"
@@ -42,27 +44,29 @@ chosen() {  # chosen REPORT: the value a calibration table's last line names
   sed -n 's/.*Chosen: [^ ]* = \([^ ]*\) by the rule.*/\1/p' "$1"
 }
 
-calibrated() {  # calibrated FORM METHOD KNOB VALUES: choose algorithm.METHOD.KNOB, then run it, 3 seeds
+calibrate() {  # calibrate FORM METHOD KNOB VALUES: print --set algorithm.METHOD.KNOB=<chosen value>
   local form=$1 method=$2 knob=$3 values=$4 scenario report value
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
   report="docs/calibration/paper-size-$form-$method-$knob.md"
   hdcfl-ray calibrate "$scenario" --algorithm "$method" --key "algorithm.$method.$knob" --values "$values" --seeds 42 \
-    --set protocol.rounds=20 "${one_host[@]}" --out "$out/calibrate/$form-$method-$knob" --report "$report"
+    --set protocol.rounds=20 "${one_host[@]}" --out "$out/calibrate/$form-$method-$knob" --report "$report" >&2
   value=$(chosen "$report")
   [ -n "$value" ] || { echo "compare.sh: $form $method $knob: no value chosen" >&2; exit 1; }
-  hdcfl-ray sweep "$scenario" --algorithms "$method" --seeds "$seeds" --set "algorithm.$method.$knob=$value" "${one_host[@]}" --out "$out/$form/$method"
+  echo "--set algorithm.$method.$knob=$value"
 }
 
 forms=(ls3 rot)
 [ "$which" != all ] && forms=("$which")
 for form in "${forms[@]}"; do
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
-  hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala,local --seeds "$seeds" "${one_host[@]}" --out "$out/$form/knob-free"
   if [ "$form" = rot ]; then thresholds=0.75,1.25,2; else thresholds=1.5,2.5,3.5; fi
-  calibrated "$form" pacfl threshold "$thresholds"
-  calibrated "$form" ifca clusters 2,4,10
-  calibrated "$form" fedsoft centers 2,4,10
-  calibrated "$form" fedce temperature 1,2,4
+  pacfl=$(calibrate "$form" pacfl threshold "$thresholds")   # one at a time, so that a failed one stops the script
+  ifca=$(calibrate "$form" ifca clusters 2,4,10)
+  fedsoft=$(calibrate "$form" fedsoft centers 2,4,10)
+  fedce=$(calibrate "$form" fedce temperature 1,2,4)
+  # shellcheck disable=SC2086  # each holds two words: --set algorithm.METHOD.KNOB=VALUE
+  hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala,pacfl,ifca,fedsoft,fedce,local --seeds "$seeds" \
+    $pacfl $ifca $fedsoft $fedce "${one_host[@]}" --out "$out/$form"
   hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md" --figures "docs/figures/paper-size-$form"
   PAPER_SIZE_OUT="$out" scenarios/cpu/replays.sh "$form" paper-size   # tables 3, 10, 12, 13, 14 from the HDC-FL runs
 done

@@ -1,14 +1,13 @@
 """Probe: does a clustered method lose accuracy where clients share a model?
 
-For each run of METHOD under SWEEP_DIR and Local's run of the same setting and seed
-under LOCAL_DIR, it pairs the clients' final-round accuracies and splits the clients by
+For each run of each METHOD under RUNS_DIR (a sweep folder: SETTING/METHOD/seedN) and
+Local's run of the same setting and seed there, it pairs the clients' final-round accuracies and splits the clients by
 the size of the group they ended in: alone in their group (the method then trains a
 model on that client's data only, as Local does) or sharing it with others. A method
 that matches Local on its lone clients and falls behind on the shared ones loses its
 accuracy to the sharing, not to its implementation.
 
-    python scenarios/cpu/paper-size/probe_shared_models.py \
-        runs/paper-size-compare/ls3/pacfl runs/paper-size-compare/ls3/knob-free
+    python scenarios/cpu/paper-size/probe_shared_models.py runs/paper-size-compare/ls3 pacfl ifca fedce
 
 Writes a Markdown table to stdout: per seed and group-size class, the number of
 clients, the method's mean accuracy on them, Local's on the same clients, and the
@@ -30,14 +29,14 @@ def final_clients(run_dir: Path) -> pd.DataFrame:
     return clients[clients["round"] == clients["round"].max()].set_index("client_id")
 
 
-def paired_rows(sweep_dir: Path, local_dir: Path) -> list[dict[str, object]]:
+def paired_rows(runs_dir: Path, methods: list[str]) -> list[dict[str, object]]:
     rows = []
-    runs = sorted((p.parent for p in sweep_dir.glob("*/*/seed*/clients.parquet")), key=lambda d: (d.parent.parent.name, d.parent.name, int(d.name[4:])))
-    for run_dir in runs:
+    found = [p.parent for method in methods for p in runs_dir.glob(f"*/{method}/seed*/clients.parquet")]
+    for run_dir in sorted(found, key=lambda d: (d.parent.parent.name, methods.index(d.parent.name), int(d.name[4:]))):
         setting, method, seed = run_dir.parent.parent.name, run_dir.parent.name, run_dir.name
-        local_run = local_dir / setting / "local" / seed
+        local_run = runs_dir / setting / "local" / seed
         if not (local_run / "clients.parquet").exists():
-            print(f"no Local run for {setting}/{seed} under {local_dir}; skipped", file=sys.stderr)
+            print(f"no Local run for {setting}/{seed} under {runs_dir}; skipped", file=sys.stderr)
             continue
         ours, local = final_clients(run_dir), final_clients(local_run)
         sizes = ours["group"].map(ours["group"].value_counts())
@@ -57,12 +56,12 @@ def paired_rows(sweep_dir: Path, local_dir: Path) -> list[dict[str, object]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path, help="a sweep folder of the clustered method (SETTING/METHOD/seedN below it)")
-    parser.add_argument("local_dir", type=Path, help="a sweep folder holding Local's runs of the same settings and seeds")
+    parser.add_argument("runs_dir", type=Path, help="a sweep folder (SETTING/METHOD/seedN below it) holding Local's runs too")
+    parser.add_argument("methods", nargs="+", help="the clustered methods to probe, e.g. pacfl ifca fedce")
     args = parser.parse_args()
-    rows = paired_rows(args.sweep_dir, args.local_dir)
+    rows = paired_rows(args.runs_dir, args.methods)
     if not rows:
-        sys.exit(f"no finished runs with group assignments under {args.sweep_dir}")
+        sys.exit(f"no runs of {', '.join(args.methods)} with group assignments and a Local run beside them under {args.runs_dir}")
     print("| Setting | Method | Seed | Clients | Count | Method acc. | Method, own classes | Local, same clients |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
