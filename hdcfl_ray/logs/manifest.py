@@ -53,13 +53,19 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+# what a run's results cannot depend on: documentation (a long script that writes its
+# report into docs/ between runs must not mark its later runs as made from changed code)
+_NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md")
+
+
 def git_dirty(directory: Path) -> bool | None:
-    """True when tracked files differ from the recorded revision (the run's code is not
-    exactly that commit); None outside a git checkout."""
+    """True when tracked files other than documentation differ from the recorded revision
+    (the run's code is not exactly that commit); None outside a git checkout."""
     try:
         result = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory, capture_output=True, text=True, timeout=5, check=False
-        )
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *_NOT_CODE],
+            cwd=directory, capture_output=True, text=True, timeout=5, check=False,
+        )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(result.stdout.strip()) if result.returncode == 0 else None
