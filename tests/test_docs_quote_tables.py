@@ -107,3 +107,28 @@ def test_every_quoted_mean_and_std_is_in_a_generated_table_the_page_names() -> N
         stale += [f"{page.relative_to(ROOT)}:{line}: {mean} ± {std} is in none of {', '.join(s.name for s in named)}"
                   for line, (mean, std) in quoted if (mean, std) not in available]
     assert stale == [], "numbers in the docs that no generated table holds (rerun the table's command or fix the prose):\n" + "\n".join(stale)
+
+
+def split_tables(text: str) -> list[int]:
+    """Line numbers (1-based) of table rows cut off from the table above them by one blank
+    line: Markdown ends a table at a blank line, so such rows render as stray text."""
+    lines = text.splitlines()
+    cut = []
+    for index in range(2, len(lines)):
+        row, gap, above = lines[index], lines[index - 1], lines[index - 2]
+        next_line = lines[index + 1] if index + 1 < len(lines) else ""
+        starts_a_table = next_line.startswith("|") and set(next_line.replace("|", "").strip()) <= set("-: ")
+        if row.startswith("|") and not gap.strip() and above.startswith("|") and not starts_a_table:
+            cut.append(index + 1)
+    return cut
+
+
+def test_split_tables_finds_a_row_after_a_blank_line() -> None:
+    assert split_tables("| a | b |\n|---|---|\n| 1 | 2 |\n\n| 3 | 4 |\n") == [5]
+    assert split_tables("| a |\n|---|\n| 1 |\n\n| b |\n|---|\n| 2 |\n") == []
+
+
+def test_no_doc_table_is_cut_by_a_blank_line() -> None:
+    every = [*pages(), *sorted((ROOT / "docs").glob("**/*.md")), ROOT / "README.md"]
+    cut = {str(page.relative_to(ROOT)): split_tables(page.read_text()) for page in dict.fromkeys(every)}
+    assert not {page: lines for page, lines in cut.items() if lines}
