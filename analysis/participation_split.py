@@ -22,8 +22,8 @@ DIFFERENCE = "participation_difference"  # participants minus the rest, in the s
 
 def participation_split(run: RunRecord, round_index: int) -> dict[str, float]:
     """Mean accuracy at `round_index` of the clients that trained in it and of the
-    evaluated clients that did not, and the first minus the second; NaN for a side with no client (full participation,
-    or a run logged without the per-client table)."""
+    evaluated clients that did not, and the first minus the second; NaN for a side
+    with no client (full participation, or a run logged without the per-client table)."""
     split = {PARTICIPANTS: math.nan, NON_PARTICIPANTS: math.nan, DIFFERENCE: math.nan}
     columns = run.clients.column_names
     if not {"round", "participated", "accuracy"} <= set(columns):
