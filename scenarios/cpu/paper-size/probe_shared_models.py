@@ -20,13 +20,17 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
+from collections import Counter
+from statistics import mean
+
 import pyarrow.parquet as pq
 
 
-def final_clients(run_dir: Path) -> pd.DataFrame:
-    clients = pq.read_table(run_dir / "clients.parquet").to_pandas()
-    return clients[clients["round"] == clients["round"].max()].set_index("client_id")
+def final_clients(run_dir: Path) -> dict[int, dict[str, object]]:
+    """client id -> its row at the run's last logged round."""
+    rows = pq.read_table(run_dir / "clients.parquet").to_pylist()
+    last = max(row["round"] for row in rows)
+    return {row["client_id"]: row for row in rows if row["round"] == last}
 
 
 def paired_rows(runs_dir: Path, methods: list[str]) -> list[dict[str, object]]:
@@ -39,16 +43,17 @@ def paired_rows(runs_dir: Path, methods: list[str]) -> list[dict[str, object]]:
             print(f"no Local run for {setting}/{seed} under {runs_dir}; skipped", file=sys.stderr)
             continue
         ours, local = final_clients(run_dir), final_clients(local_run)
-        sizes = ours["group"].map(ours["group"].value_counts())
-        for label, members in (("alone in its group", sizes == 1), ("sharing its group", sizes > 1)):
-            ids = ours.index[members]
-            if len(ids) == 0:
+        sizes = Counter(row["group"] for row in ours.values() if row["group"] is not None)
+        for label, alone in (("alone in its group", True), ("sharing its group", False)):
+            ids = [c for c, row in ours.items() if row["group"] is not None and (sizes[row["group"]] == 1) == alone]
+            if not ids:
                 continue
             rows.append(
                 {
-                    "setting": setting, "method": method, "seed": seed.removeprefix("seed"), "clients": label,
-                    "n": len(ids), "method_acc": 100 * ours.loc[ids, "accuracy"].mean(),
-                    "own_classes": 100 * ours.loc[ids, "accuracy_own_classes"].mean(), "local_acc": 100 * local.loc[ids, "accuracy"].mean(),
+                    "setting": setting, "method": method, "seed": seed.removeprefix("seed"), "clients": label, "n": len(ids),
+                    "method_acc": 100 * mean(ours[c]["accuracy"] for c in ids),
+                    "own_classes": 100 * mean(ours[c]["accuracy_own_classes"] for c in ids),
+                    "local_acc": 100 * mean(local[c]["accuracy"] for c in ids),
                 }  # fmt: skip
             )
     return rows
