@@ -15,7 +15,9 @@
 #      on both forms for time: IFCA's model count, FedSoft's centre count, FedCE's temperature and
 #      PACFL's threshold (its grid brackets the pairwise subspace angles measured at this size:
 #      Rot smallest 0.53, median 1.97 degrees; LS3 smallest 1.20, median 3.38). Their other knobs
-#      keep the 250-image held-out values the scenarios carry (docs/calibration.md);
+#      keep the 250-image held-out values the scenarios carry (docs/calibration.md). A committed
+#      table docs/calibration/paper-size-<form>-<method>-<knob>.md is a finished calibration and
+#      its chosen value is reused; delete the table to calibrate again;
 #   3. one sweep of all nine methods x 3 seeds (27 runs): HDC-FL, FedAvg-SE, FedBABU and FedALA,
 #      which have no data-dependent knob, the four above at their chosen values, and Local as the
 #      reference the report flags a method below (a shortfall, a collapse). One sweep keeps both
@@ -48,6 +50,12 @@ calibrate() {  # calibrate FORM METHOD KNOB VALUES: print --set algorithm.METHOD
   local form=$1 method=$2 knob=$3 values=$4 scenario report value
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
   report="docs/calibration/paper-size-$form-$method-$knob.md"
+  value=$([ -f "$report" ] && chosen "$report" || true)
+  if [ -n "$value" ]; then  # a committed table is a finished calibration: delete it to recalibrate
+    echo "compare.sh: $form $method $knob = $value, as chosen in $report" >&2
+    echo "--set algorithm.$method.$knob=$value"
+    return
+  fi
   hdcfl-ray calibrate "$scenario" --algorithm "$method" --key "algorithm.$method.$knob" --values "$values" --seeds 42 \
     --set protocol.rounds=20 "${one_host[@]}" --out "$out/calibrate/$form-$method-$knob" --report "$report" >&2
   value=$(chosen "$report")
