@@ -27,6 +27,11 @@
 #      runs (scenarios/cpu/replays.sh <form> paper-size: tables 3, 10, 12, 13 and 14).
 # Then, with both forms done, docs/reproduction-paper-size-tables.md over all 54 runs (48 and Local's 6).
 #
+# A form's runs take longer than some machines live, so finished runs are kept in the repository:
+# `python scenarios/cpu/paper-size/keep_runs.py save <form>` copies the completed ones (logs and
+# manifest, no checkpoints) and the weights file into results/paper-size/ (commit them), and this
+# script first restores kept runs the runs folder lacks, so the sweep skips them as complete.
+#
 # Runs go to $PAPER_SIZE_OUT/<form>/<setting>/<method>/seed<N> (default runs/paper-size-compare),
 # calibration runs to $PAPER_SIZE_OUT/calibrate, their tables to
 # docs/calibration/paper-size-<form>-<method>-<knob>.md. Two runs at a time, one core each.
@@ -38,6 +43,11 @@ which="${1:-all}"
 seeds=42,123,2026
 one_host=(--set runtime.clients_per_actor=20 --parallel 2)
 
+forms=(ls3 rot)
+[ "$which" != all ] && forms=("$which")
+for form in "${forms[@]}"; do  # runs kept in the repository by an earlier machine, and their weights file
+  python scenarios/cpu/paper-size/keep_runs.py restore "$form" --runs "$out"
+done
 if [ ! -f weights/c10-pool.pt ]; then
   hdcfl-ray pretrain scenarios/cpu/paper-size/paper-size-c10-rot-pretrained.yaml --epochs 10 --out weights/c10-pool.pt
 fi
@@ -63,8 +73,6 @@ calibrate() {  # calibrate FORM METHOD KNOB VALUES: print --set algorithm.METHOD
   echo "--set algorithm.$method.$knob=$value"
 }
 
-forms=(ls3 rot)
-[ "$which" != all ] && forms=("$which")
 for form in "${forms[@]}"; do
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
   if [ "$form" = rot ]; then thresholds=0.75,1.25,2; else thresholds=1.5,2.5,3.5; fi
@@ -75,6 +83,7 @@ for form in "${forms[@]}"; do
   # shellcheck disable=SC2086  # each holds two words: --set algorithm.METHOD.KNOB=VALUE
   hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala,pacfl,ifca,fedsoft,fedce,local --seeds "$seeds" \
     $pacfl $ifca $fedsoft $fedce "${one_host[@]}" --out "$out/$form"
+  python scenarios/cpu/paper-size/keep_runs.py save "$form" --runs "$out"   # into results/paper-size/<form>: commit it
   hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md" --figures "docs/figures/paper-size-$form"
   PAPER_SIZE_OUT="$out" scenarios/cpu/replays.sh "$form" paper-size   # tables 3, 10, 12, 13, 14 from the HDC-FL runs
 done

@@ -1,0 +1,82 @@
+"""Keeping a long comparison's finished runs in the repository: only completed runs
+are kept, without checkpoints; restoring fills in what the runs folder lacks; neither
+mixes runs made from two different pretrained weights files."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scenarios" / "cpu" / "paper-size" / "keep_runs.py"
+
+
+def load_keep_runs():
+    spec = importlib.util.spec_from_file_location("keep_runs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+keep_runs = load_keep_runs()
+
+
+def write_run(root: Path, method: str, seed: int, status: str, weights_bytes: bytes = b"pool-a") -> Path:
+    run_dir = root / "setting" / method / f"seed{seed}"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "checkpoint" / "arrays.npz").write_bytes(b"large")
+    (run_dir / "clients.parquet").mkdir()
+    (run_dir / "clients.parquet" / "part-000001.parquet").write_bytes(b"rows")
+    digest = hashlib.sha256(weights_bytes).hexdigest()
+    (run_dir / "manifest.json").write_text(json.dumps({"status": status, "initialisation": {"sha256": digest}}))
+    return run_dir
+
+
+def test_save_keeps_completed_runs_without_checkpoints_and_the_weights(tmp_path):
+    runs, kept, weights = tmp_path / "runs" / "rot", tmp_path / "results" / "rot", tmp_path / "weights.pt"
+    weights.write_bytes(b"pool-a")
+    write_run(runs, "hdcfl", 42, "completed")
+    write_run(runs, "ifca", 42, "running")  # killed: its checkpoints stay where they are
+    saved = keep_runs.save(runs, kept, weights)
+    assert saved == [kept / "setting" / "hdcfl" / "seed42"]
+    assert (saved[0] / "clients.parquet" / "part-000001.parquet").read_bytes() == b"rows"
+    assert not (saved[0] / "checkpoint").exists()
+    assert not (kept / "setting" / "ifca").exists()
+    assert (tmp_path / "results" / keep_runs.WEIGHTS_NAME).read_bytes() == b"pool-a"
+    assert keep_runs.save(runs, kept, weights) == []  # a second save copies nothing again
+
+
+def test_restore_fills_in_only_the_runs_the_folder_lacks_and_the_weights(tmp_path):
+    kept, runs, weights = tmp_path / "results" / "rot", tmp_path / "runs" / "rot", tmp_path / "weights" / "pool.pt"
+    write_run(kept, "hdcfl", 42, "completed")
+    write_run(kept, "local", 42, "completed")
+    (tmp_path / "results" / keep_runs.WEIGHTS_NAME).write_bytes(b"pool-a")
+    on_disk = write_run(runs, "local", 42, "running")
+    restored = keep_runs.restore(kept, runs, weights)
+    assert restored == [runs / "setting" / "hdcfl" / "seed42"]
+    assert json.loads((on_disk / "manifest.json").read_text())["status"] == "running"  # the sweep resumes it
+    assert weights.read_bytes() == b"pool-a"
+
+
+def test_restore_refuses_a_different_weights_file(tmp_path):
+    kept, runs, weights = tmp_path / "results" / "rot", tmp_path / "runs" / "rot", tmp_path / "pool.pt"
+    write_run(kept, "hdcfl", 42, "completed")
+    (tmp_path / "results" / keep_runs.WEIGHTS_NAME).write_bytes(b"pool-a")
+    weights.write_bytes(b"pool-b")
+    with pytest.raises(keep_runs.KeepError, match="two pretrainings"):
+        keep_runs.restore(kept, runs, weights)
+    assert not runs.exists()
+
+
+def test_save_refuses_runs_from_other_weights_than_the_kept_file(tmp_path, capsys):
+    runs, kept = tmp_path / "runs" / "rot", tmp_path / "results" / "rot"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / keep_runs.WEIGHTS_NAME).write_bytes(b"pool-a")
+    write_run(runs, "hdcfl", 42, "completed", weights_bytes=b"pool-b")
+    code = keep_runs.main(["save", "rot", "--runs", str(tmp_path / "runs"), "--kept", str(tmp_path / "results"), "--weights", str(tmp_path / "w.pt")])
+    assert code == 2
+    assert "started from other weights" in capsys.readouterr().err
+    assert not kept.exists()
