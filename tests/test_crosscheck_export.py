@@ -3,9 +3,7 @@ what our clients train and are scored on. No reference code is needed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +16,13 @@ from hdcfl_ray.runtime.client.local_training import client_generator
 from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.runtime.initial_model import independent_initialisations
 from tests.conftest import tiny_scenario
+from tests.script_modules import REPOSITORY, load_script
 
-CROSSCHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck"
+CROSSCHECK = REPOSITORY / "benchmarks" / "crosscheck"
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"crosscheck_{name}", CROSSCHECK / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(CROSSCHECK / f"{name}.py", f"crosscheck_{name}")
 
 
 def _export_module():

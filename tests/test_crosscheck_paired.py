@@ -5,7 +5,6 @@ ifca_side.py and run.py import only torch and numpy (and our own code) at module
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,19 +19,15 @@ from hdcfl_ray.algorithms.aggregate import weighted_average
 from hdcfl_ray.algorithms.apfl import BATCH_ORDER_STREAM
 from hdcfl_ray.models import flatten_module
 from hdcfl_ray.runtime.client.local_training import client_generator
+from tests.script_modules import REPOSITORY, load_script
 
-CROSSCHECK = Path(__file__).resolve().parents[1] / "benchmarks" / "crosscheck"
+CROSSCHECK = REPOSITORY / "benchmarks" / "crosscheck"
 
 
 def _module(name: str):
     if str(CROSSCHECK) not in sys.path:
         sys.path.insert(0, str(CROSSCHECK))  # ifca_side and run_ifca import their siblings by name
-    spec = importlib.util.spec_from_file_location(f"crosscheck_paired_{name}", CROSSCHECK / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(CROSSCHECK / f"{name}.py", f"crosscheck_paired_{name}")
 
 
 def _models(count: int, seed: int) -> list[nn.Module]:

@@ -5,23 +5,14 @@ mixes runs made from two different pretrained weights files."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scenarios" / "cpu" / "paper-size" / "keep_runs.py"
+from tests.script_modules import REPOSITORY, load_script
 
-
-def load_keep_runs():
-    spec = importlib.util.spec_from_file_location("keep_runs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-keep_runs = load_keep_runs()
+keep_runs = load_script(REPOSITORY / "scenarios" / "cpu" / "paper-size" / "keep_runs.py", "keep_runs")
 
 
 def write_run(root: Path, method: str, seed: int, status: str, weights_bytes: bytes = b"pool-a") -> Path:

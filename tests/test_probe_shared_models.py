@@ -3,7 +3,6 @@ split by whether a client ended alone in its group or sharing it."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scenarios" / "cpu" / "paper-size" / "probe_shared_models.py"
+from tests.script_modules import REPOSITORY, load_script
+
+SCRIPT = REPOSITORY / "scenarios" / "cpu" / "paper-size" / "probe_shared_models.py"
 
 
 def load_probe():
-    spec = importlib.util.spec_from_file_location("probe_shared_models", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "probe_shared_models")
 
 
 def write_run(root: Path, method: str, seed: int, groups: list[int | None], accuracy: list[float]) -> None:
