@@ -28,7 +28,7 @@ def test_dry_run_writes_every_step(tmp_path: Path) -> None:
     env.pop("OUT", None)
     completed = subprocess.run(
         ["bash", str(ROOT / "benchmarks/gpu_check.sh"), "--dry-run", "--no-install", "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     report = json.loads(out.read_text())
