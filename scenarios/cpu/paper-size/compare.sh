@@ -12,10 +12,14 @@
 #   1. the pretrained weights (once, shared by both forms): hdcfl-ray pretrain, 10 epochs;
 #   2. the knob each of four methods' results hinges on, chosen by `hdcfl-ray calibrate` at seed
 #      42 on a fifth of each client's training images held out (never the test set), with 20 rounds
-#      on both forms for time: IFCA's model count, FedSoft's centre count, FedCE's temperature and
-#      PACFL's threshold (its grid brackets the pairwise subspace angles measured at this size:
-#      Rot smallest 0.53, median 1.97 degrees; LS3 smallest 1.20, median 3.38). Their other knobs
-#      keep the 250-image held-out values the scenarios carry (docs/calibration.md). A committed
+#      on both forms for time: IFCA's model count, FedSoft's centre count and then its proximal
+#      lambda at that count, FedCE's temperature and PACFL's threshold (its grid brackets the
+#      pairwise subspace angles measured at this size: Rot smallest 0.53, median 1.97 degrees; LS3
+#      smallest 1.20, median 3.38). FedSoft's lambda is calibrated here because it sets how far 63
+#      local steps a round carry a personal model from the centres: at the 250-image value (0.001)
+#      the pull moves a model by about 1e-5 of its distance per step, and FedSoft scored Local's
+#      accuracy client for client. Other knobs keep the 250-image held-out values the scenarios
+#      carry (docs/calibration.md). A committed
 #      table docs/calibration/paper-size-<form>-<method>-<knob>.md is a finished calibration and
 #      its chosen value is reused; delete the table to calibrate again;
 #   3. one sweep of all nine methods x 3 seeds (27 runs): HDC-FL, FedAvg-SE, FedBABU and FedALA,
@@ -56,8 +60,9 @@ chosen() {  # chosen REPORT: the value a calibration table's last line names
   sed -n 's/.*Chosen: [^ ]* = \([^ ]*\) by the rule.*/\1/p' "$1"
 }
 
-calibrate() {  # calibrate FORM METHOD KNOB VALUES: print --set algorithm.METHOD.KNOB=<chosen value>
+calibrate() {  # calibrate FORM METHOD KNOB VALUES [--set K=V]...: print --set algorithm.METHOD.KNOB=<chosen value>
   local form=$1 method=$2 knob=$3 values=$4 scenario report value
+  shift 4  # the rest: knobs already chosen, held fixed while this one is calibrated
   scenario="scenarios/cpu/paper-size/paper-size-c10-$form-pretrained.yaml"
   report="docs/calibration/paper-size-$form-$method-$knob.md"
   value=$([ -f "$report" ] && chosen "$report" || true)
@@ -67,7 +72,7 @@ calibrate() {  # calibrate FORM METHOD KNOB VALUES: print --set algorithm.METHOD
     return
   fi
   hdcfl-ray calibrate "$scenario" --algorithm "$method" --key "algorithm.$method.$knob" --values "$values" --seeds 42 \
-    --set protocol.rounds=20 "${one_host[@]}" --out "$out/calibrate/$form-$method-$knob" --report "$report" >&2
+    --set protocol.rounds=20 "$@" "${one_host[@]}" --out "$out/calibrate/$form-$method-$knob" --report "$report" >&2
   value=$(chosen "$report")
   [ -n "$value" ] || { echo "compare.sh: $form $method $knob: no value chosen" >&2; exit 1; }
   echo "--set algorithm.$method.$knob=$value"
@@ -79,10 +84,12 @@ for form in "${forms[@]}"; do
   pacfl=$(calibrate "$form" pacfl threshold "$thresholds")   # one at a time, so that a failed one stops the script
   ifca=$(calibrate "$form" ifca clusters 2,4,10)
   fedsoft=$(calibrate "$form" fedsoft centers 2,4,10)
+  # shellcheck disable=SC2086
+  fedsoft_proximal=$(calibrate "$form" fedsoft proximal 0.001,0.01,0.1,1 $fedsoft)
   fedce=$(calibrate "$form" fedce temperature 1,2,4)
   # shellcheck disable=SC2086  # each holds two words: --set algorithm.METHOD.KNOB=VALUE
   hdcfl-ray sweep "$scenario" --algorithms hdcfl,fedavg_se,fedbabu,fedala,pacfl,ifca,fedsoft,fedce,local --seeds "$seeds" \
-    $pacfl $ifca $fedsoft $fedce "${one_host[@]}" --out "$out/$form"
+    $pacfl $ifca $fedsoft $fedsoft_proximal $fedce "${one_host[@]}" --out "$out/$form"
   python scenarios/cpu/paper-size/keep_runs.py save "$form" --runs "$out"   # into results/paper-size/<form>: commit it
   hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md" --figures "docs/figures/paper-size-$form"
   PAPER_SIZE_OUT="$out" scenarios/cpu/replays.sh "$form" paper-size   # tables 3, 10, 12, 13, 14 from the HDC-FL runs
