@@ -467,7 +467,7 @@ def report(
     best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods."""
     from analysis.final_metrics import run_metrics
     from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
-    from analysis.runs import load_runs
+    from analysis.runs import left_out_note, load_runs, unfinished
 
     renderers = {"md": to_markdown, "markdown": to_markdown, "csv": to_csv, "latex": to_latex}
     if output_format not in (*renderers, "table"):
@@ -496,7 +496,7 @@ def report(
         _fail_bad_input(error)
     except (OSError, ValueError) as error:  # pyarrow's errors are ValueError or OSError subclasses
         _fail_bad_input(ScenarioError(f"report: the runs cannot be read ({type(error).__name__}: {error})"))
-    left_out = [run for run in runs if run.status != "completed" or run.final_evaluated_round() is None]
+    left_out = unfinished(runs)
     if left_out:  # a half-finished run would mix rounds into the final-round tables
         Console(stderr=True).print(
             f"left out {len(left_out)} unfinished run(s): "
@@ -514,13 +514,13 @@ def report(
     if not records:
         _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
     try:
-        tables = all_tables(records, against)
+        tables = all_tables(records, against, left_out_note(left_out))
     except ScenarioError as error:
         _fail_bad_input(error)
     if figures is not None:
         from analysis.figures import write_figures
 
-        written = write_figures([run for run in runs if run.status == "completed"], figures)
+        written = write_figures([run for run in runs if run.finished], figures)
         Console(stderr=True).print(f"wrote {len(written)} figure(s) to {figures}")
     if output_format == "table" and out is None:
         console = Console()

@@ -61,9 +61,10 @@ class Cell:
 def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
     records = []
     for run in runs:
-        final = run.final_evaluated_round()
-        if final is None or run.status != "completed":
+        if not run.finished:
             continue
+        final = run.final_evaluated_round()
+        assert final is not None
         values = {metric: _float(final.get(metric)) for metric in METRICS}
         values.update(run_budget(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))

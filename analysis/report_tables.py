@@ -373,9 +373,10 @@ def budget_table(records: list[RunMetrics]) -> ReportTable | None:
     return table
 
 
-def all_tables(records: list[RunMetrics], against: str | None = None) -> list[ReportTable]:
+def all_tables(records: list[RunMetrics], against: str | None = None, left_out: str = "") -> list[ReportTable]:
     """Every report table; the paired table takes `against` (default hdcfl) minus each
-    other method. A named `against` that no record holds is bad input (ScenarioError)."""
+    other method. A named `against` that no record holds is bad input (ScenarioError).
+    `left_out` (analysis.runs.left_out_note) names the unfinished runs in every table's note."""
     methods = sorted({record.method for record in records})
     if against is not None and against not in methods:
         raise ScenarioError(f"--against {against!r}: no completed run of that method here; the runs hold {', '.join(methods)}")
@@ -393,8 +394,8 @@ def all_tables(records: list[RunMetrics], against: str | None = None) -> list[Re
     optional = (clustered_table(records), participation_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against or "hdcfl"))
     every = tables + [table for table in optional if table is not None] + variant_tables(records)
     source = provenance_note(record.provenance for record in records if record.provenance)
-    for table in every:  # a table copied on its own still says what produced it
-        table.note = " ".join(note for note in (table.note, source) if note)
+    for table in every:  # a table copied on its own still says what produced it and what it lacks
+        table.note = " ".join(note for note in (table.note, left_out, source) if note)
     return every
 
 

@@ -56,6 +56,11 @@ class RunRecord:
         rows = [row for row in self.rounds.to_pylist() if row["evaluated"]]
         return max(rows, key=lambda row: row["round"]) if rows else None
 
+    @property
+    def finished(self) -> bool:
+        """Completed and evaluated: a half-finished run would mix rounds into final-round tables."""
+        return self.status == "completed" and self.final_evaluated_round() is not None
+
 
 def method_label(scenario: dict[str, Any]) -> str:
     """The scenario's `output.label` where it sets one (a variant the user named). Else the
@@ -100,3 +105,16 @@ def find_run_dirs(paths: list[str | Path]) -> list[Path]:
 
 def load_runs(paths: list[str | Path]) -> list[RunRecord]:
     return [load_run(run_dir) for run_dir in find_run_dirs(paths)]
+
+
+def unfinished(runs: list[RunRecord]) -> list[RunRecord]:
+    """The runs a report leaves out: killed, failed or still running, or never evaluated."""
+    return [run for run in runs if not run.finished]
+
+
+def left_out_note(runs: list[RunRecord]) -> str:
+    """'Left out: ...' naming each unfinished run by setting, method, seed and status ('' when none)."""
+    if not runs:
+        return ""
+    named = ", ".join(sorted(f"{run.setting}/{run.method} seed {run.seed} ({run.status})" for run in runs))
+    return f"Left out of every table: {len(runs)} unfinished run(s): {named}."

@@ -322,7 +322,7 @@ def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md",
     Unfinished runs are left out (with a warning)."""
     from analysis.final_metrics import run_metrics
     from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
-    from analysis.runs import load_runs
+    from analysis.runs import left_out_note, load_runs, unfinished
 
     if format not in REPORT_FORMATS:
         raise ScenarioError(f"--format {format!r}: choose table, md, csv or latex")
@@ -332,7 +332,7 @@ def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md",
     if missing:
         raise ScenarioError(f"no such run directory: {', '.join(missing)}")
     runs = load_runs(folders)
-    left_out = [run for run in runs if run.status != "completed" or run.final_evaluated_round() is None]
+    left_out = unfinished(runs)
     if left_out:
         warnings.warn(
             f"left out {len(left_out)} unfinished run(s): " + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out),
@@ -343,7 +343,7 @@ def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md",
         raise ScenarioError(
             f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, folders))}"
         )
-    tables = all_tables(records, against)
+    tables = all_tables(records, against, left_out_note(left_out))
     if format == "table":
         from rich.console import Console
 

@@ -4,6 +4,7 @@ format, and averages over settings compare only methods that ran every setting."
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,24 @@ def test_every_table_says_what_produced_its_runs_in_every_format():
     assert "Intel(R) Xeon(R) Processor (17 runs), AMD EPYC 9B14 (8 runs)" in tables[0].note
     for render in (to_markdown, to_csv, to_latex):
         assert "torch 2.14.1" in render(tables) and "Ray 2.60.0" in render(tables)
+
+
+def test_unfinished_runs_are_named_in_every_table_in_every_format():
+    import pyarrow as pa
+
+    from analysis.runs import RunRecord, left_out_note, unfinished
+
+    def record(status, evaluated):
+        rounds = pa.table({"round": [1], "evaluated": [evaluated]})
+        scenario = {"name": "rot", "seed": 7, "algorithm": {"name": "ifca"}}
+        return RunRecord(Path("runs/x"), scenario, {"status": status}, rounds, pa.table({}), pa.table({}))
+
+    killed, never_scored, done = record("interrupted", True), record("completed", False), record("completed", True)
+    assert unfinished([killed, never_scored, done]) == [killed, never_scored]
+    note = left_out_note([killed])
+    assert note == "Left out of every table: 1 unfinished run(s): rot/ifca seed 7 (interrupted)."
+    assert left_out_note([]) == ""
+    tables = all_tables(RUNS, left_out=note)
+    assert all(note in table.note for table in tables)
+    for render in (to_markdown, to_csv, to_latex):
+        assert "rot/ifca seed 7 (interrupted)" in render(tables)
