@@ -53,3 +53,20 @@ def test_a_run_without_local_beside_it_is_named_and_the_script_fails(tmp_path: P
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "ifca"], capture_output=True, text=True)
     assert result.returncode == 1
     assert "no Local run for setting/seed7" in result.stderr and "no runs of ifca" in result.stderr
+
+
+def test_the_page_gives_the_difference_and_names_what_made_the_runs(tmp_path: Path):
+    import json
+
+    write_run(tmp_path, "pacfl", 42, [0, 1, 1, 2], [0.8, 0.4, 0.6, 0.9])
+    write_run(tmp_path, "local", 42, [None] * 4, [0.8, 0.7, 0.7, 0.9])
+    manifest = {"git_revision": "abcdef0123456789", "hardware": {"cpu_model": "AMD EPYC"}, "packages": {"torch": "2.14.1", "ray": "2.60.0"}}
+    for method in ("pacfl", "local"):
+        (tmp_path / "setting" / method / "seed42" / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "probe.md"
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "pacfl", "--out", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "| setting | pacfl | 42 | sharing its group | 2 | 50.00 | 70.00 | -20.00 | 60.00 |" in text
+    assert "Made from 2 runs: commit abcdef0123; on AMD EPYC; torch 2.14.1; Ray 2.60.0." in text
+    assert text.startswith("<!-- generated: python scenarios/cpu/paper-size/probe_shared_models.py ")

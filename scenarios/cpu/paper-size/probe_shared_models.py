@@ -7,23 +7,27 @@ model on that client's data only, as Local does) or sharing it with others. A me
 that matches Local on its lone clients and falls behind on the shared ones loses its
 accuracy to the sharing, not to its implementation.
 
-    python scenarios/cpu/paper-size/probe_shared_models.py runs/paper-size-compare/ls3 pacfl ifca fedce
+    python scenarios/cpu/paper-size/probe_shared_models.py runs/paper-size-compare/ls3 pacfl ifca fedce [--out FILE.md]
 
-Writes a Markdown table to stdout: per seed and group-size class, the number of
-clients, the method's mean accuracy on them, Local's on the same clients, and the
-mean accuracy restricted to the clients' own classes.
+Writes a Markdown page (to stdout, or to FILE.md): per seed and group-size class, the
+number of clients, the method's mean accuracy on them, Local's on the same clients, the
+difference and the mean accuracy restricted to the clients' own classes, ending with
+the command, the commits, CPU or GPU, torch and Ray of the runs it read.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
-from pathlib import Path
-
 from collections import Counter
+from pathlib import Path
 from statistics import mean
 
 import pyarrow.parquet as pq
+
+from analysis.provenance import provenance_note, run_provenance
 
 
 def final_clients(run_dir: Path) -> dict[int, dict[str, object]]:
@@ -34,6 +38,7 @@ def final_clients(run_dir: Path) -> dict[int, dict[str, object]]:
 
 
 def paired_rows(runs_dir: Path, methods: list[str]) -> list[dict[str, object]]:
+    """One row per (run, group-size class); each row keeps the two run folders it read."""
     rows = []
     found = [p.parent for method in methods for p in runs_dir.glob(f"*/{method}/seed*/clients.parquet")]
     for run_dir in sorted(found, key=lambda d: (d.parent.parent.name, methods.index(d.parent.name), int(d.name[4:]))):
@@ -54,26 +59,57 @@ def paired_rows(runs_dir: Path, methods: list[str]) -> list[dict[str, object]]:
                     "method_acc": 100 * mean(ours[c]["accuracy"] for c in ids),
                     "own_classes": 100 * mean(ours[c]["accuracy_own_classes"] for c in ids),
                     "local_acc": 100 * mean(local[c]["accuracy"] for c in ids),
+                    "runs": (run_dir, local_run),
                 }  # fmt: skip
             )
     return rows
+
+
+def manifests(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The manifest of every run the rows read, once each ({} where a run has none)."""
+    folders = dict.fromkeys(folder for row in rows for folder in row["runs"])  # type: ignore[union-attr]
+    return [json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").is_file() else {} for folder in folders]
+
+
+def page(rows: list[dict[str, object]], command: str) -> str:
+    lines = [
+        f"<!-- generated: {command} -->",
+        "",
+        "### Each method's clients paired with Local's same clients, by whether they ended alone in their group",
+        "",
+        "| Setting | Method | Seed | Clients | Count | Method acc. | Local, same clients | Method minus Local (pp) | Method, own classes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        difference = float(row["method_acc"]) - float(row["local_acc"])  # type: ignore[arg-type]
+        lines.append(
+            f"| {row['setting']} | {row['method']} | {row['seed']} | {row['clients']} | {row['n']} | {row['method_acc']:.2f} | "
+            f"{row['local_acc']:.2f} | {difference:+.2f} | {row['own_classes']:.2f} |"
+        )
+    note = (
+        "Final evaluation, per seed. Groups are the final assignments (argmax membership for methods with soft "
+        "memberships). \"Local, same clients\": Local's run of the same seed, which trains each client's model on its own "
+        "data only. \"Method, own classes\": the method's predictions restricted to the client's training classes. "
+        + provenance_note(run_provenance(manifest) for manifest in manifests(rows))
+    )
+    return "\n".join([*lines, "", note]) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs_dir", type=Path, help="a sweep folder (SETTING/METHOD/seedN below it) holding Local's runs too")
     parser.add_argument("methods", nargs="+", help="the clustered methods to probe, e.g. pacfl ifca fedce")
+    parser.add_argument("--out", type=Path, help="write the page to this file instead of stdout")
     args = parser.parse_args()
     rows = paired_rows(args.runs_dir, args.methods)
     if not rows:
         sys.exit(f"no runs of {', '.join(args.methods)} with group assignments and a Local run beside them under {args.runs_dir}")
-    print("| Setting | Method | Seed | Clients | Count | Method acc. | Method, own classes | Local, same clients |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['setting']} | {row['method']} | {row['seed']} | {row['clients']} | {row['n']} | {row['method_acc']:.2f} | "
-            f"{row['own_classes']:.2f} | {row['local_acc']:.2f} |"
-        )
+    text = page(rows, shlex.join(["python", "scenarios/cpu/paper-size/probe_shared_models.py", *sys.argv[1:]]))
+    if args.out is None:
+        print(text, end="")
+    else:
+        args.out.write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
