@@ -22,10 +22,18 @@ SAMPLE_INTERVAL_S = 0.2
 
 
 def find_cifar(explicit: str | None) -> Path | None:
-    """The CIFAR-10 Parquet folder: --cifar, else $HDCFL_CIFAR10, else ../shared/data/cifar10-jpeg."""
-    default = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg"
-    candidate = Path(explicit or os.environ.get("HDCFL_CIFAR10") or default)
-    return candidate.resolve() if (candidate / "train.parquet").is_file() else None
+    """The CIFAR-10 Parquet folder (scripts/cifar10_to_parquet.py builds one): --cifar, else
+    $HDCFL_CIFAR10_PARQUET (the scenarios' variable), else $HDCFL_CIFAR10, else
+    data/cifar10-parquet in the repository, else shared/data/cifar10-jpeg beside the clone."""
+    repository = Path(__file__).resolve().parents[1]
+    candidates = [explicit, os.environ.get("HDCFL_CIFAR10_PARQUET"), os.environ.get("HDCFL_CIFAR10"),
+                  repository / "data" / "cifar10-parquet", repository.parent / "shared" / "data" / "cifar10-jpeg"]
+    for candidate in (Path(c) for c in candidates if c):
+        if (candidate / "train.parquet").is_file():
+            return candidate.resolve()
+        if explicit:
+            return None  # a folder the user named and that is not one: no silent fallback
+    return None
 
 
 def machine_description() -> dict[str, Any]:

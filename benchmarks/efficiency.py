@@ -2,8 +2,8 @@
 divided by that of a plain single-process PyTorch loop.
 
 Both train the same small CNN (width 16, 64 features, a linear head) with the
-same batch size on the same CIFAR-10 images (the first N of
-../shared/data/cifar10-jpeg after the loader's seeded subset), for the same
+same batch size on the same CIFAR-10 images (the first N of the Parquet copy
+that --cifar or $HDCFL_CIFAR10_PARQUET names, after the loader's seeded subset), for the same
 number of samples: 20 clients x (N / 20) images x 1 local epoch x R rounds. The
 plain loop uses every core through torch's threads and does nothing else. The
 simulation is timed from the start of round 1 to the end of the last round
@@ -38,7 +38,7 @@ CLIENTS = 20
 def cifar_path(explicit: str | None) -> Path:
     path = find_cifar(explicit)
     if path is None:
-        raise SystemExit("CIFAR-10 Parquet folder not found: pass --cifar PATH or set HDCFL_CIFAR10")
+        raise SystemExit("CIFAR-10 Parquet folder not found: pass --cifar PATH or set HDCFL_CIFAR10_PARQUET (python scripts/cifar10_to_parquet.py builds one)")
     return path
 
 

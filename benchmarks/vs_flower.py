@@ -260,7 +260,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small versions of the workloads, for testing")
     parser.add_argument("--backends", nargs="+", choices=("local", "ray"), default=["local", "ray"], help="hdcfl-ray backends to run")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per simulator (the medians are compared)")
-    parser.add_argument("--cifar", help="CIFAR-10 Parquet folder (default: $HDCFL_CIFAR10 or ../shared/data/cifar10-jpeg)")
+    parser.add_argument("--cifar", help="CIFAR-10 Parquet folder (default: $HDCFL_CIFAR10_PARQUET, $HDCFL_CIFAR10 or data/cifar10-parquet)")
     args = parser.parse_args()
 
     names = ["overhead", "compute"] if args.workload == "both" else [args.workload]
