@@ -1,0 +1,77 @@
+"""`hdcfl-ray report` over real runs that would mislead if reported naively: a method
+that lacks a setting, a clustered method that collapsed to one group where groups are
+planted, a method with fewer seeds, a sampled evaluation and an unfinished run. Every
+mark must reach the Markdown, CSV and LaTeX output, and the averages over settings must
+leave out the method that did not run them all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hdcfl_ray.config.loading import build_scenario
+from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+from hdcfl_ray.terminal.live_view import QuietObserver
+from tests.conftest import tiny_scenario
+
+ONE_GROUP = {"proximity": "elementwise", "threshold": 179.0, "threshold_unit": "degrees"}  # every client merged
+
+
+def simulate(root: Path, setting: str, method: str, seed: int, **sections: object) -> Path:
+    scenario = tiny_scenario(
+        name=setting, seed=seed, algorithm={"name": method, "pacfl": ONE_GROUP},
+        protocol={"rounds": 2, **sections.pop("protocol", {})}, runtime={"backend": "local"}, **sections,
+    )  # fmt: skip
+    run_dir = root / setting / method / f"seed{seed}"
+    run_simulation(prepare_run(build_scenario(scenario)), run_dir, QuietObserver())
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("report-e2e")
+    for seed in (1, 2):
+        simulate(root, "rotation", "hdcfl", seed)
+        simulate(root, "rotation", "pacfl", seed)
+        simulate(root, "sampled", "hdcfl", seed, protocol={"eval_clients": 3})
+    simulate(root, "rotation", "fedavg_se", 1)  # one seed, and no run of the "sampled" setting
+    killed = simulate(root, "sampled", "pacfl", 1)
+    manifest = json.loads((killed / "manifest.json").read_text())
+    (killed / "manifest.json").write_text(json.dumps({**manifest, "status": "interrupted"}))
+    return root
+
+
+@pytest.mark.parametrize("output_format", ["md", "csv", "latex"])
+def test_every_misleading_row_is_marked_in_every_format(runs: Path, output_format: str) -> None:
+    from cli import app
+
+    result = CliRunner().invoke(app, ["report", str(runs), "--format", output_format])
+    assert result.exit_code == 0, result.output
+    text = result.stdout.replace("\\%", "%").replace("\\_", "_")
+    assert "one group" in text  # PACFL merged the two planted rotation groups
+    assert "fewer seeds (1 of 2)" in text  # FedAvg-SE
+    assert "sampled evaluation (37.5% of the clients)" in text
+    assert "without them: fedavg_se (no sampled); pacfl (no sampled)" in text
+    assert "sampled/pacfl seed 1 (interrupted)" in text  # named in the tables, not only on stderr
+    assert "Made from 7 runs" in text and "torch" in text and "Ray" in text
+
+
+def test_a_method_missing_a_setting_has_no_macro_value_or_rank(runs: Path) -> None:
+    from cli import app
+
+    result = CliRunner().invoke(app, ["report", str(runs), "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    mean_table = result.stdout.split("\n\n")[0].splitlines()  # table 1's form: one column per setting, then the rank
+    header = next(line for line in mean_table if line.startswith("Method,"))
+    assert header.endswith("Avg. rank ↓")
+    by_method = {line.split(",")[0]: line for line in mean_table[mean_table.index(header) + 1 :] if not line.startswith("\"#")}
+    assert set(by_method) == {"fedavg_se", "hdcfl", "pacfl"}
+    assert by_method["fedavg_se"].endswith(",-") and by_method["pacfl"].endswith(",-")
+    assert not by_method["hdcfl"].endswith(",-")  # the one method run in every setting keeps its rank
+    macro = next(block for block in result.stdout.split("\n\n") if "table 2 form" in block).splitlines()
+    macro_rows = {line.split(",")[0]: line.split(",")[1:] for line in macro if line.startswith(("fedavg_se,", "pacfl,", "hdcfl,"))}
+    assert set(macro_rows["fedavg_se"]) == {"-"} and set(macro_rows["pacfl"]) == {"-"}
+    assert "-" not in macro_rows["hdcfl"]
