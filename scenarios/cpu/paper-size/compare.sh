@@ -29,7 +29,8 @@
 #   4. the form's report, docs/reproduction-paper-size-<form>.md (learning curves, which show
 #      whether the form reached its plateau, in docs/figures/paper-size-<form>/), and the replays of its HDC-FL
 #      runs (scenarios/cpu/replays.sh <form> paper-size: tables 3, 10, 12, 13 and 14).
-# Then, with both forms done, docs/reproduction-paper-size-tables.md over all 54 runs (48 and Local's 6).
+# Then, once both forms are kept in results/paper-size/, docs/reproduction-paper-size-tables.md over
+# all 54 runs (48 and Local's 6): the table-2 form's macro values over the two forms.
 #
 # A form's runs take longer than some machines live, so finished runs are kept in the repository:
 # `python scenarios/cpu/paper-size/keep_runs.py save <form>` copies the completed ones (logs and
@@ -94,6 +95,7 @@ for form in "${forms[@]}"; do
   hdcfl-ray report "$out/$form" --format md --out "docs/reproduction-paper-size-$form.md" --figures "docs/figures/paper-size-$form"
   PAPER_SIZE_OUT="$out" scenarios/cpu/replays.sh "$form" paper-size   # tables 3, 10, 12, 13, 14 from the HDC-FL runs
 done
-if [ -d "$out/ls3" ] && [ -d "$out/rot" ] && [ "$which" = all ]; then
-  hdcfl-ray report "$out/ls3" "$out/rot" --format md --out docs/reproduction-paper-size-tables.md
+kept=results/paper-size
+if [ -d "$kept/ls3" ] && [ -d "$kept/rot" ]; then  # both forms kept: the tables over all of their runs
+  hdcfl-ray report "$kept/ls3" "$kept/rot" --format md --out docs/reproduction-paper-size-tables.md
 fi
