@@ -66,6 +66,18 @@ def test_pytest_counts_from_summary_and_from_a_killed_run() -> None:
     assert gpu_check.parse_pytest("a.py::t[1]\n\n29/948 tests collected (919 deselected) in 7.35s\n")["collected"] == 29
 
 
+def test_no_test_starts_past_the_deadline_the_gpu_check_sets() -> None:
+    """The cuda step's budget ends by skipping the cases not yet started, so a case is
+    never cut off halfway (a run stopped by SIGTERM would read as a failed test)."""
+    test = "tests/test_gpu_check.py::test_pytest_counts_from_summary_and_from_a_killed_run"
+    for deadline, expected in (("1", "1 skipped"), ("9999999999", "1 passed")):
+        completed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test], cwd=ROOT,
+                                   env={**os.environ, "HDCFL_TEST_DEADLINE": deadline}, capture_output=True, text=True, timeout=120)
+        assert expected in completed.stdout, completed.stdout[-2000:]
+    counts = gpu_check.parse_pytest("SKIPPED [1] tests/conftest.py:24: not started: past HDCFL_TEST_DEADLINE\n1 skipped in 0.1s\n")
+    assert counts == {"skipped": 1}
+
+
 def _clients(loss: list[float]) -> pa.Table:
     return pa.table({"round": [1, 1], "client_id": [1, 0], "host": [0, 1], "accuracy": [0.5, 0.25], "loss": loss, "train_loss": [1.0, float("nan")]})
 

@@ -84,6 +84,13 @@ def test_auto_picks_bf16_only_where_it_was_measured_faster(
     assert precision.resolve_precision("fp32", cpu) == "fp32"
 
 
+def test_auto_keeps_float32_on_cuda_where_bf16_was_measured_no_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an H200 trained this project's models at 1.01x (ResNet-18) and 0.74x (small CNN) fp32's rate
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert precision.resolve_precision("auto", torch.device("cuda", 0)) == "fp32"
+    assert precision.resolve_precision("bf16", torch.device("cuda", 0)) == "bf16"
+
+
 def test_the_manifest_records_each_hosts_device_precision_threads_and_layout(tmp_path: Path) -> None:
     scenario = build_scenario(
         tiny_scenario(

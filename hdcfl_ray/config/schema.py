@@ -473,8 +473,8 @@ class RuntimeConfig(Section):
     precision: Literal["fp32", "bf16", "fp16", "auto"] = Field(
         "fp32",
         description="local training's arithmetic: fp32 (bit-stable default); bf16 or fp16 (CUDA only) autocast with "
-        "float32 weights and aggregation; auto = bf16 where it was measured faster (CUDA GPUs with bfloat16, CPUs with "
-        "AMX, AMD CPUs with AVX512-BF16), else fp32",
+        "float32 weights and aggregation; auto = bf16 where it was measured faster (CPUs with AMX, AMD CPUs with "
+        "AVX512-BF16), else fp32 (CUDA GPUs too: an H200 trained this project's models no faster in bf16)",
     )
     batched_evaluation: bool = Field(
         True,
