@@ -108,7 +108,8 @@ def compare(args: argparse.Namespace) -> int:
         return {record["case"]: record for record in map(json.loads, Path(path).read_text().splitlines()) if "round1" in record}
 
     first, second = load(args.first), load(args.second)
-    print(f"| Case | {args.first}: acc., loss | {args.second}: acc., loss | Within the suite's tolerance |")
+    names = Path(args.first).stem, Path(args.second).stem
+    print(f"| Case | {names[0]}: round-1 acc., loss | {names[1]}: round-1 acc., loss | Within the suite's tolerance |")
     print("|---|---|---|---|")
     outside = 0
     for case in [case for case in all_cases() if case in first and case in second]:
