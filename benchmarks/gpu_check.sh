@@ -19,12 +19,17 @@
 # Java jars from Ray's wheel (30 MB no Python run needs): about 49 MB in all.
 #
 # A GPU machine that receives a copy of the working tree of at most 64 MiB cannot take
-# the wheels and the CIFAR-10 copy (55 MB) at once. Two commands on the same machine:
-#   1. with .whl/ in the tree (no shared/ yet):
+# the wheels and the CIFAR-10 copy (55 MB) at once, nor results/ (the kept paper-size runs,
+# over 64 MB: move it aside for the copy and back after). Two commands on the same machine,
+# the second sent at once (a machine kept warm for only seconds between calls):
+#   1. with .whl/ in the tree:
 #        bash benchmarks/gpu_check.sh --steps machine,cuda_tests,throughput,sharing,bit_identity
-#   2. right after, with the data at shared/data/cifar10-jpeg (no .whl/; the wheels
-#      installed by the first stay in /tmp/hdcfl-gpu-site while the machine is kept):
-#        bash benchmarks/gpu_check.sh --steps paper_rot_two_rounds --out "$OUT/gpu_check_paper.json"
+#   2. right after, with the data in a git-ignored folder of the tree prepared before the
+#      first command (e.g. .gpudata/cifar10-jpeg) and sent with the second alone; the wheels
+#      installed by the first stay in /tmp/hdcfl-gpu-site while the machine is kept:
+#        bash benchmarks/gpu_check.sh --steps paper_rot_two_rounds --cifar .gpudata/cifar10-jpeg --out "$OUT/gpu_check_paper.json"
+# That is how the H200 record in docs/benchmarks.md ("GPU check") was made, in about 8 minutes
+# of GPU machine time for both commands, start-up included.
 # HDCFL_GIT_COMMIT=<sha> names the commit where the copy has no .git.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
