@@ -18,10 +18,12 @@ def run_provenance(manifest: Mapping[str, Any]) -> dict[str, str]:
     commit = str(revision)[:10] if revision else UNRECORDED
     if manifest.get("git_dirty"):
         commit += " (with uncommitted changes)"
-    gpus = hardware.get("gpus") or []
-    hosts = manifest.get("client_host_hardware") or []
-    on_gpu = any(isinstance(host, dict) and host.get("device") == "cuda" for host in hosts)
-    device = ", ".join(gpus) if on_gpu and gpus else str(hardware.get("cpu_model") or hardware.get("processor") or UNRECORDED)
+    hosts = [host for host in manifest.get("client_host_hardware") or [] if isinstance(host, dict)]
+    # a host on CUDA records its device as "cuda:N" and the GPU it trained on; the driver's
+    # own list of GPUs is the fallback (on a cluster the driver's node may have none)
+    cuda_hosts = [host for host in hosts if str(host.get("device") or "").startswith("cuda")]
+    gpus = sorted({str(host["gpu_name"]) for host in cuda_hosts if host.get("gpu_name")}) or list(hardware.get("gpus") or [])
+    device = ", ".join(gpus) if cuda_hosts and gpus else str(hardware.get("cpu_model") or hardware.get("processor") or UNRECORDED)
     return {
         "commit": commit,
         "device": device,

@@ -100,6 +100,19 @@ def test_every_table_says_what_produced_its_runs_in_every_format():
         assert "torch 2.14.1" in render(tables) and "Ray 2.60.0" in render(tables)
 
 
+def test_runs_trained_on_a_gpu_name_the_gpu_their_hosts_trained_on():
+    from analysis.provenance import run_provenance
+
+    manifest = {"git_revision": "0123456789abcdef", "hardware": {"cpu_model": "Intel(R) Xeon(R) Processor", "gpus": ["NVIDIA H200"]},
+                "packages": {"torch": "2.11.0", "ray": "2.60.0"}}  # fmt: skip
+    on_gpu = {**manifest, "client_host_hardware": [{"device": "cuda:0", "gpu_name": "NVIDIA H200"}] * 4}
+    on_cpu = {**manifest, "client_host_hardware": [{"device": "cpu", "gpu_name": None}] * 4}
+    assert run_provenance(on_gpu)["device"] == "NVIDIA H200"
+    assert run_provenance(on_cpu)["device"] == "Intel(R) Xeon(R) Processor"  # a GPU in the machine, not used
+    driver_only = {**manifest, "client_host_hardware": [{"device": "cuda:1"}]}  # an older manifest: no gpu_name
+    assert run_provenance(driver_only)["device"] == "NVIDIA H200"
+
+
 def test_unfinished_runs_are_named_in_every_table_in_every_format():
     import pyarrow as pa
 
