@@ -74,8 +74,11 @@ def test_no_test_starts_past_the_deadline_the_gpu_check_sets() -> None:
         completed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test], cwd=ROOT,
                                    env={**os.environ, "HDCFL_TEST_DEADLINE": deadline}, capture_output=True, text=True, timeout=120)
         assert expected in completed.stdout, completed.stdout[-2000:]
-    counts = gpu_check.parse_pytest("SKIPPED [1] tests/conftest.py:24: not started: past HDCFL_TEST_DEADLINE\n1 skipped in 0.1s\n")
-    assert counts == {"skipped": 1}
+        assert gpu_check.not_started_for_time(completed.stdout) == (1 if deadline == "1" else 0)
+    output = ("SKIPPED [5] tests/conftest.py:30: not started: past HDCFL_TEST_DEADLINE (the time budget of the run that set it)\n"
+              "SKIPPED [1] tests/test_cuda_smoke.py:31: needs a CUDA GPU\n2 passed, 6 skipped in 0.1s\n")
+    assert gpu_check.parse_pytest(output) == {"passed": 2, "skipped": 6}
+    assert gpu_check.not_started_for_time(output) == 5
 
 
 def _clients(loss: list[float]) -> pa.Table:
