@@ -1,5 +1,6 @@
 """A run records whether its code differed from the commit it names; documentation
-changed beside it (a long script writing its reports into docs/) does not count."""
+changed beside it (a long script writing its reports into docs/) and kept runs replaced
+in results/ do not count."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def repo(tmp_path: Path) -> Path:
     (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
     (tmp_path / "docs" / "page.md").write_text("old\n")
     (tmp_path / "README.md").write_text("old\n")
+    (tmp_path / "results" / "kept" / "seed42").mkdir(parents=True)
+    (tmp_path / "results" / "kept" / "seed42" / "rounds.parquet").write_bytes(b"a kept run")
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "-A")
     git(tmp_path, "commit", "-qm", "start")
@@ -36,6 +39,12 @@ def test_changed_documentation_is_not_dirty(repo: Path):
     (repo / "docs" / "page.md").write_text("a report written between runs\n")
     (repo / "README.md").write_text("new\n")
     (repo / "docs" / "figure.png").write_bytes(b"untracked")
+    assert git_dirty(repo / "pkg") is False
+
+
+def test_kept_runs_replaced_in_results_are_not_dirty(repo: Path):
+    # a comparison removes a method's kept runs before rerunning them at a recalibrated knob
+    (repo / "results" / "kept" / "seed42" / "rounds.parquet").unlink()
     assert git_dirty(repo / "pkg") is False
 
 

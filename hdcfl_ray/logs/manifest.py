@@ -55,7 +55,9 @@ def cpu_model() -> str | None:
 
 # what a run's results cannot depend on: documentation (a long script that writes its
 # report into docs/ between runs must not mark its later runs as made from changed code)
-_NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md")
+# and results/, the finished runs kept in the repository, which a comparison saves and
+# replaces between runs (a weights file kept there is recorded by its sha256 instead)
+_NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md", ":(top,exclude)results")
 
 
 def git_dirty(directory: Path) -> bool | None:
