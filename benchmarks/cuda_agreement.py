@@ -31,7 +31,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ACCURACY_TOLERANCE, LOSS_TOLERANCE = 0.10, 0.20  # as tests/test_cuda_smoke.py
 DEFAULT_TWICE = "ditto:resnet18_cifar,hdcfl:resnet18_cifar,fedavg:resnet18_cifar"
 
 
@@ -104,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
+    from tests.test_cuda_smoke import ACCURACY_TOLERANCE, LOSS_TOLERANCE
+
     def load(path: str) -> dict[str, dict[str, Any]]:
         return {record["case"]: record for record in map(json.loads, Path(path).read_text().splitlines()) if "round1" in record}
 

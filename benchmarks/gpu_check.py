@@ -48,7 +48,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._common import machine_description  # noqa: E402  (standard library only)
 
-# seconds per step on the GPU machine (their total stays under TOTAL_BUDGET_S, 9 minutes) and in a dry run
+# seconds per step on the GPU machine and in a dry run; on the GPU the steps of one command together
+# get at most TOTAL_BUDGET_S (9 minutes), a later step only what is left of it
 BUDGETS: dict[str, int] = {"machine": 20, "cuda_tests": 200, "throughput": 75, "sharing": 90, "bit_identity": 60, "paper_rot_two_rounds": 125}
 DRY_BUDGETS: dict[str, int] = {"machine": 30, "cuda_tests": 60, "throughput": 200, "sharing": 90, "bit_identity": 60, "paper_rot_two_rounds": 60}
 TOTAL_BUDGET_S = 540
@@ -206,7 +207,7 @@ def step_cuda_tests(step: Step) -> None:
         raise RuntimeError("pytest could not collect the cuda tests")
     if step.dry_run:
         return
-    if result["timed_out"] or (result["returncode"] != 0 and (counts.get("failed") or counts.get("error") or not counts)):
+    if result["timed_out"] or result["returncode"] != 0:
         raise RuntimeError("pytest timed out" if result["timed_out"] else f"pytest exited {result['returncode']}: {failed_tests}")
     if not_started:
         step.warn(f"{not_started} cuda test(s) not started within the step's budget (counted as skipped); "
