@@ -482,6 +482,19 @@ class RuntimeConfig(Section):
         "together, each with its own head, in 64-image forward passes; false = one client at a time (slow at "
         "thousands of clients; losses differ in the last bits)",
     )
+    batched_training: bool | Literal["auto"] = Field(
+        "auto",
+        description="train the clients a host runs in a synchronous round together, as one batched model "
+        "(torch.func.vmap over their stacked weights), each with its own weights, optimizer state, BatchNorm "
+        "statistics and batch order; auto = on CUDA hosts, off on CPU (one client after another, the bits of the "
+        "published CPU tables); the bits then depend on which clients train together (docs/running.md)",
+    )
+    portable: bool = Field(
+        False,
+        description="CPU arithmetic that does not depend on the machine: every process that trains or scores pins "
+        "the instruction sets its math libraries may use, so runs on different CPUs give the same bits "
+        "(docs/same-results.md)",
+    )
     cuda_deterministic: bool = Field(
         True,
         description="CUDA hosts: deterministic cuDNN/cuBLAS kernels, so a rerun gives the same bits (false = "
