@@ -14,55 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from hdcfl_ray.config.loading import build_scenario, read_scenario_file
+from hdcfl_ray.config.safe_keys import (  # noqa: F401  (re-exported: the names callers know)
+    ARITHMETIC_KEYS,
+    RERUN_SAFE_KEYS,
+    RERUN_SAFE_PREFIXES,
+    comparable,
+    flatten,
+    may_differ,
+    own_sections,
+    safe_keys_text,
+)
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.sweep.grid import SweepRun
 
-# The one definition of "safe to change", for sweep reruns and `simulate --resume`
-# alike (a resume compares the scenario on disk, and its --set keys, with the one the
-# run recorded when it started).
-# Keys that say where and how a run executes or how often it saves itself, not what
-# it computes: they may differ between a run and its rerun. (output.dir is not used
-# by sweeps, which place every run under --out, and checkpoints do not change a
-# run's results, nor do the experiment trackers that also receive them.)
-RERUN_SAFE_PREFIXES = ("runtime.",)
-RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every", "output.trackers", "output.mlflow_uri"})
-# runtime keys that change the arithmetic itself, so a run's rounds must all share
-# them. Two are compared as resolved, not as written: runtime.torch_threads as the
-# threads each host trains with ("auto" is runtime.num_cpus_per_actor, so changing
-# that changes the bits too), runtime.num_gpus_per_actor as CPU or CUDA (a host
-# trains on CUDA exactly when it has a share; the size of the share does not matter).
-ARITHMETIC_KEYS = (
-    "runtime.precision",
-    "runtime.channels_last",
-    "runtime.cuda_deterministic",
-    "runtime.cuda_tf32",
-    "runtime.torch_threads",
-    "runtime.batched_evaluation",
-    "runtime.num_gpus_per_actor",
-)
+# What may differ between a run and its rerun is defined once, beside the schema
+# (hdcfl_ray/config/safe_keys.py), for sweep reruns, `simulate --resume` and the
+# settings reports group runs by; the names stay importable from here.
 REPLACE_OPTION = "--replace-changed"
 
 _ABSENT = object()
-
-
-def may_differ(key: str) -> bool:
-    return key in RERUN_SAFE_KEYS or (key.startswith(RERUN_SAFE_PREFIXES) and key not in ARITHMETIC_KEYS)
-
-
-def safe_keys_text() -> str:
-    """The keys that may differ, in words, for messages."""
-    return f"runtime.* (but {', '.join(ARITHMETIC_KEYS)}), " + " and ".join(sorted(RERUN_SAFE_KEYS))
-
-
-def _comparable(scenario: Scenario) -> dict[str, Any]:
-    """A scenario's keys as compared between a run and its rerun or resume."""
-    from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
-
-    flat = flatten(own_sections(scenario.model_dump(mode="json")))
-    flat["runtime.torch_threads"] = torch_threads_per_host(scenario.runtime)
-    flat["runtime.num_gpus_per_actor"] = "CUDA" if scenario.runtime.num_gpus_per_actor > 0 else "CPU"
-    return flat
 
 
 @dataclass(frozen=True)
@@ -94,33 +65,11 @@ class SettingsChangedError(ScenarioError):
     """Runs on disk were made with other settings than the rerun asks for."""
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"protocol": {"rounds": 3}} -> {"protocol.rounds": 3}; lists stay values."""
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return flat
-    return {prefix: value}
-
-
-def own_sections(raw: dict[str, Any]) -> dict[str, Any]:
-    """A scenario without the sections of methods it does not run: every scenario carries
-    each method's settings, but only `algorithm.<name>` can change what a run computes,
-    so a calibration of IFCA must not invalidate finished HDC-FL runs (nor a renamed
-    FedCE key make them unreadable)."""
-    algorithm = raw.get("algorithm")
-    if not isinstance(algorithm, dict):
-        return raw
-    name = algorithm.get("name")
-    return {**raw, "algorithm": {key: value for key, value in algorithm.items() if key in ("name", name)}}
-
-
 def setting_changes(on_disk: Scenario, wanted: Scenario) -> list[SettingChange]:
     """The keys whose resolved values differ, except those that may differ on a rerun
     and the sections of methods the run does not use."""
-    old = _comparable(on_disk)
-    new = _comparable(wanted)
+    old = comparable(on_disk)
+    new = comparable(wanted)
     changes = []
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
