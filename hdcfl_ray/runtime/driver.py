@@ -121,7 +121,7 @@ def resumable_run(run_dir: Path, overrides: list[str] | None = None) -> Scenario
     when scenario.yaml no longer says what the run was started with."""
     from hdcfl_ray.config.loading import load_scenario
     from hdcfl_ray.config.safe_yaml import clip
-    from hdcfl_ray.sweep.changes import ARITHMETIC_KEYS, RERUN_SAFE_KEYS, may_differ
+    from hdcfl_ray.config.safe_keys import ARITHMETIC_KEYS, RERUN_SAFE_KEYS, may_differ
 
     unsafe = [text.partition("=")[0].strip() for text in overrides or [] if not may_differ(text.partition("=")[0].strip())]
     if unsafe:
