@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, ContextManager, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping
 
 import numpy as np
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from hdcfl_ray.models import SplitModel
     from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch
     from hdcfl_ray.runtime.client.client_context import HostClientContext
+    from hdcfl_ray.runtime.client.training_rendezvous import TrainingSlot
 
 # torch and everything built on it are imported inside the methods: Ray imports this
 # module in every process that holds a host's actor handle (the server actor too),
@@ -132,6 +134,10 @@ class ClientHost:
         self._own_classes_by_client: dict[int, torch.Tensor] = {}
         # runtime.batched_evaluation: clients sharing an encoder are scored together
         self.batched_evaluation = scenario.runtime.batched_evaluation
+        # runtime.batched_training: a round's clients on this host train together (auto: on CUDA)
+        requested = scenario.runtime.batched_training
+        self.batched_training = self.device.type == "cuda" if requested == "auto" else bool(requested)
+        self._replicas: list[SplitModel] = []  # one model per client training at once (batched training)
         # New on every (re)start: lets the server tell a restarted host from the one it knew.
         self._generation = uuid.uuid4().hex
 
@@ -230,7 +236,14 @@ class ClientHost:
             self._own_classes_by_client[client.client_id] = classes
         return classes
 
-    def context(self, client_id: int, round_index: int, evaluation_batch: EvaluationBatch | None = None) -> HostClientContext:
+    def context(
+        self,
+        client_id: int,
+        round_index: int,
+        evaluation_batch: EvaluationBatch | None = None,
+        model: SplitModel | None = None,
+        training_slot: TrainingSlot | None = None,
+    ) -> HostClientContext:
         from hdcfl_ray.data.transforms import shift_uint8
         from hdcfl_ray.runtime.client.client_context import HostClientContext
         from hdcfl_ray.runtime.client.local_training import client_generator
@@ -241,7 +254,7 @@ class ClientHost:
             client_id=client_id,
             round_index=round_index,
             seed=seed,
-            model=self.model,
+            model=self.model if model is None else model,
             encoder_index=self.encoder_index,
             head_index=self.head_index,
             protocol=self.scenario.protocol,
@@ -254,6 +267,7 @@ class ClientHost:
             ),
             _own_classes=lambda: self._own_classes(client),
             _evaluation_batch=evaluation_batch,
+            _training_slot=training_slot,
         )
 
     @staticmethod
@@ -287,6 +301,68 @@ class ClientHost:
         ctx = self.context(client_id, round_index)
         with self._precision_scope():
             upload, new_state = self.algorithm.local_update(ctx, self._state(client_id, state), task, self._objects(object_refs, task))
+        return self._finish_update(ctx, upload, new_state, time.perf_counter() - started)
+
+    def train_many(self, round_index: int, jobs: list[ClientJob], object_refs: Mapping[str, Any]) -> list[Any]:
+        """The updates of several clients in one round, flattened: (models, meta, state)
+        per job, in job order (the Ray backend returns each as an ObjectRef of its own).
+
+        With `runtime.batched_training` on, the clients' local updates run side by side
+        and their training runs batched (training_rendezvous.py); otherwise one after
+        the other, exactly as `train` runs each."""
+        if not self.batched_training or len(jobs) < 2:
+            flat: list[Any] = []
+            for job in jobs:
+                flat.extend(self.train(job.client_id, round_index, job.task, object_refs, job.state))
+            return flat
+        from hdcfl_ray.runtime.client.batched_training import train_together
+        from hdcfl_ray.runtime.client.training_rendezvous import TrainingRendezvous, TrainingSlot
+
+        started = time.perf_counter()
+        # everything remote is fetched here, on the host's own thread, before the clients run
+        objects = {name: _resolve(ref) for name, ref in object_refs.items()}
+        prepared = [
+            (job.client_id, self._resolved_task(job.task), self._state(job.client_id, job.state), model)
+            for job, model in zip(jobs, self._model_replicas(len(jobs)))
+        ]
+
+        def update_of(client_id: int, task: ClientTask, state: Any, model: SplitModel) -> Any:
+            def run(slot: TrainingSlot) -> tuple[HostClientContext, Any, Any]:
+                ctx = self.context(client_id, round_index, model=model, training_slot=slot)
+                upload, new_state = self.algorithm.local_update(ctx, state, task, {name: objects[name] for name in task.models})
+                return ctx, upload, new_state
+
+            return run
+
+        rendezvous: TrainingRendezvous[tuple[HostClientContext, Any, Any]] = TrainingRendezvous(
+            train_together, thread_scope=self._client_thread_scope
+        )
+        with self._precision_scope():  # the batched training runs on this thread
+            finished = rendezvous.run([update_of(*job) for job in prepared])
+        seconds = (time.perf_counter() - started) / len(jobs)  # the batch's time, shared
+        flat = []
+        for ctx, upload, new_state in finished:
+            flat.extend(self._finish_update(ctx, upload, new_state, seconds))
+        return flat
+
+    def _model_replicas(self, count: int) -> list[SplitModel]:
+        """`count` models of this host's architecture, one per client training at once
+        (made once and kept: their weights are loaded by each client's update)."""
+        import copy
+
+        while len(self._replicas) < count:
+            self._replicas.append(copy.deepcopy(self.model))
+        return self._replicas[:count]
+
+    @contextmanager
+    def _client_thread_scope(self) -> Iterator[None]:
+        """A client's thread of a batched round: the host's torch threads and precision."""
+        self.bind_thread()
+        with self._precision_scope():
+            yield
+
+    def _finish_update(self, ctx: HostClientContext, upload: Any, new_state: Any, seconds: float) -> tuple[Mapping[str, Any], UploadMeta, Any]:
+        client_id = ctx.client_id
         accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
         if accepted:
             self.client_states[client_id] = new_state
@@ -297,7 +373,7 @@ class ClientHost:
             steps=upload.steps,
             values=upload.values,
             accepted=accepted,
-            compute_seconds=time.perf_counter() - started,
+            compute_seconds=seconds,
             host_generation=self._generation,
             budget=ctx.budget,
         )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from hdcfl_ray.contract import ClientTask
-from hdcfl_ray.runtime.server.messages import INITIAL_STATE, UploadMeta
+from hdcfl_ray.runtime.server.messages import INITIAL_STATE, ClientJob, UploadMeta
 from hdcfl_ray.runtime.server.transport import Transport
 
 MAX_RETRIES = 10
@@ -38,6 +38,9 @@ class TrainingHandle:
     meta_ref: Any
     state_ref: Any
     actor: Any = None  # the host actor the work was sent to
+    # the clients whose jobs went to the host in one call (batched training): redone together,
+    # so a redone client trains beside the same clients and gets the same bits
+    batch: tuple[int, ...] | None = None
 
 
 class HostPool:
@@ -110,6 +113,36 @@ class HostPool:
         models_ref, meta_ref, state_ref = self.transport.train(actor, *args, self.state_of(client_id))
         return TrainingHandle(client_id, host_index, args, models_ref, meta_ref, state_ref, actor)
 
+    def submit_many(self, entries: list[tuple[int, int, ClientTask, dict[str, Any]]]) -> list[TrainingHandle]:
+        """The jobs of clients on one host in one call: `entries` are `submit`'s arguments
+        (client_id, round_tag, task, needed), every client on the same host."""
+        host_index = self.client_hosts[entries[0][0]]
+        if any(self.client_hosts[entry[0]] != host_index for entry in entries):
+            raise ValueError("submit_many: every client must be on one host")
+        round_tag = entries[0][1]
+        jobs = [ClientJob(client_id, task, self.state_of(client_id)) for client_id, _, task, _ in entries]
+        needed = {name: ref for entry in entries for name, ref in entry[3].items()}
+        actor = self.hosts[host_index]
+        refs = self.transport.train_many(actor, round_tag, jobs, needed)
+        batch = tuple(entry[0] for entry in entries)
+        return [
+            TrainingHandle(entry[0], host_index, entry, *refs[3 * position : 3 * position + 3], actor=actor, batch=batch)
+            for position, entry in enumerate(entries)
+        ]
+
+    def _resubmit(self, handles: list[TrainingHandle]) -> list[TrainingHandle]:
+        """Send failed work again: a batch's clients together, others one by one."""
+        batches: dict[tuple[int, ...], list[TrainingHandle]] = {}
+        resent: list[TrainingHandle] = []
+        for handle in sorted(handles, key=lambda h: h.client_id):
+            if handle.batch is None:
+                resent.append(self.submit(*handle.args))
+            else:
+                batches.setdefault(handle.batch, []).append(handle)
+        for members in batches.values():
+            resent.extend(self.submit_many([handle.args for handle in members]))
+        return resent
+
     def result(self, handle: TrainingHandle) -> tuple[UploadMeta, TrainingHandle]:
         """The meta of one update, committing the client's new state (redone if its host died)."""
         while True:
@@ -143,7 +176,7 @@ class HostPool:
                 if value.accepted:
                     self.commit(handle.client_id, handle.state_ref)
                 done[handle.client_id] = (value, handle)
-            pending = [self.submit(*handle.args) for handle in sorted(redo, key=lambda h: h.client_id)]
+            pending = self._resubmit(redo)
         return done
 
     # ---- batched calls (probe, evaluate): each returns (generation, value) ----

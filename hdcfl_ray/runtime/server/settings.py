@@ -24,6 +24,9 @@ class ServerSettings:
     profiles: tuple[ClientProfile, ...]
     # the clients every evaluated round scores (protocol.eval_clients), in id order
     eval_client_ids: tuple[int, ...]
+    # runtime.batched_training as resolved (auto: the hosts train on CUDA): a synchronous
+    # round then sends each host its clients' jobs in one call, so they can train together
+    batched_training: bool = False
 
     @cached_property
     def _availability_windows(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -65,4 +68,13 @@ def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
         client_train_sizes=tuple(client.num_train for client in partition.clients),
         profiles=tuple(client_profiles(scenario.protocol.system, partition.num_clients, scenario.seed)),
         eval_client_ids=evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed),
+        batched_training=trains_batched(scenario.runtime),
     )
+
+
+def trains_batched(runtime: Any) -> bool:
+    """`runtime.batched_training` resolved: `auto` is on exactly when the hosts train on
+    CUDA, which they do exactly when they are given a GPU share (runtime/client/device.py)."""
+    if runtime.batched_training == "auto":
+        return runtime.num_gpus_per_actor > 0
+    return bool(runtime.batched_training)

@@ -124,10 +124,17 @@ class FederatedServer:
         if plan.dropped:
             events.append(f"{len(plan.dropped)} of {len(selected)} selected clients missed the round (policy {protocol.stragglers.policy}): {plan.dropped}")
         object_refs = self._put_broadcast(round_index)
-        handles = []
+        entries = []
         for client_id in plan.trained:
             task = self.algorithm.training_task(self.state, round_index, client_id)
-            handles.append(self.pool.submit(client_id, round_index, task, {name: object_refs[name] for name in task.models}))
+            entries.append((client_id, round_index, task, {name: object_refs[name] for name in task.models}))
+        if settings.batched_training:  # one call per host with all its clients, so they train together
+            entries_of_host: dict[int, list[tuple[int, int, ClientTask, dict[str, Any]]]] = {}
+            for entry in entries:
+                entries_of_host.setdefault(self.client_hosts[entry[0]], []).append(entry)
+            handles = [handle for host in sorted(entries_of_host) for handle in self.pool.submit_many(entries_of_host[host])]
+        else:
+            handles = [self.pool.submit(*entry) for entry in entries]
         # Results are taken as they finish; the order they are applied in is fixed below.
         finished = self.pool.train_all(handles)
         metas: dict[int, UploadMeta] = {k: meta for k, (meta, _) in finished.items()}

@@ -60,6 +60,10 @@ class ThreadedTransport:
         future = self._worker(host).submit(host.train, *args)
         return FutureValue(future, 0), FutureValue(future, 1), FutureValue(future, 2)
 
+    def train_many(self, host: Any, round_index: int, jobs: list[Any], object_refs: Any) -> list[Any]:
+        future = self._worker(host).submit(host.train_many, round_index, jobs, object_refs)
+        return [FutureValue(future, index) for index in range(3 * len(jobs))]
+
     def call(self, host: Any, method: str, *args: Any) -> Any:
         return self._worker(host).submit(getattr(host, method), *args)
 

@@ -14,6 +14,8 @@ class Transport(Protocol):
 
     def train(self, host: Any, *args: Any) -> tuple[Any, Any, Any]: ...
 
+    def train_many(self, host: Any, round_index: int, jobs: list[Any], object_refs: Any) -> list[Any]: ...
+
     def call(self, host: Any, method: str, *args: Any) -> Any: ...
 
     def as_completed_refs(self, handles: list[Any]) -> list[tuple[Any, Any]]: ...
@@ -38,6 +40,10 @@ class RayTransport:
         # Three returns (models, meta, client state): the arrays stay in the object
         # store under refs the server owns, and outlive the host that made them.
         return host.train.options(num_returns=3).remote(*args)
+
+    def train_many(self, host: Any, round_index: int, jobs: list[Any], object_refs: Any) -> list[Any]:
+        # (models, meta, state) per job, each under a ref of its own, as `train` returns them
+        return host.train_many.options(num_returns=3 * len(jobs)).remote(round_index, jobs, object_refs)
 
     def call(self, host: Any, method: str, *args: Any) -> Any:
         return getattr(host, method).remote(*args)
@@ -89,6 +95,9 @@ class InProcessTransport:
 
     def train(self, host: Any, *args: Any) -> tuple[Any, Any, Any]:
         return host.train(*args)
+
+    def train_many(self, host: Any, round_index: int, jobs: list[Any], object_refs: Any) -> list[Any]:
+        return host.train_many(round_index, jobs, object_refs)
 
     def call(self, host: Any, method: str, *args: Any) -> Any:
         return getattr(host, method)(*args)
