@@ -9,8 +9,10 @@ its error and the next one runs:
                         (those count as skipped, named not_started_for_time, never as failed)
   throughput            samples/s of the project's train_locally against a plain PyTorch loop,
                         same model and synthetic 3x32x32 data, small_cnn and resnet18_cifar, fp32 and bf16
-  sharing               training samples/s of 1, 2, 4 and 8 Ray client hosts sharing the GPU
-                        (runtime.num_gpus_per_actor = 1/N), read from the runs' rounds tables
+  paper_round           benchmarks/gpu_round.py: the paper round's images/s in each mode (one client at
+                        a time, batched, TF32, bf16, fastest) on the local backend and with 1, 2 and 4 Ray
+                        hosts sharing the GPU, against a plain loop, concurrent loops and the fused batch
+                        of the round's participants; the evaluated round's cost; the default mode twice
   bit_identity          two same-seed quickstart runs on the GPU: are their clients tables bit-identical
   paper_rot_two_rounds  two rounds of scenarios/paper/c10-rot-no-pretrain.yaml on the CIFAR-10 Parquet copy
 
@@ -50,8 +52,8 @@ from benchmarks._common import machine_description  # noqa: E402  (standard libr
 
 # seconds per step on the GPU machine and in a dry run; on the GPU the steps of one command together
 # get at most TOTAL_BUDGET_S (9 minutes), a later step only what is left of it
-BUDGETS: dict[str, int] = {"machine": 20, "cuda_tests": 200, "throughput": 75, "sharing": 90, "bit_identity": 60, "paper_rot_two_rounds": 125}
-DRY_BUDGETS: dict[str, int] = {"machine": 30, "cuda_tests": 60, "throughput": 200, "sharing": 90, "bit_identity": 60, "paper_rot_two_rounds": 60}
+BUDGETS: dict[str, int] = {"machine": 20, "cuda_tests": 150, "throughput": 60, "paper_round": 240, "bit_identity": 50, "paper_rot_two_rounds": 125}
+DRY_BUDGETS: dict[str, int] = {"machine": 30, "cuda_tests": 60, "throughput": 200, "paper_round": 150, "bit_identity": 60, "paper_rot_two_rounds": 60}
 TOTAL_BUDGET_S = 540
 # the cuda suite: pytest-xdist workers when it is installed (the H200 image has it), and the
 # longest one case took there (ResNet-18: two GPU runs and the CPU reference), left free at the end
@@ -279,53 +281,19 @@ def step_throughput(step: Step) -> None:
         raise RuntimeError("; ".join(f"{e['encoder']} {e['precision']}: {e['error']}" for e in results if "error" in e))
 
 
-def step_sharing(step: Step) -> None:
-    import ray
-    from hdcfl_ray.config.loading import build_scenario
-    from hdcfl_ray.logs.table_writer import read_table
-    from hdcfl_ray.runtime.backends.ray_session import start_private_ray
-    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
-    from hdcfl_ray.terminal.live_view import QuietObserver
-
-    hosts_list, clients, per_client, rounds = ((2,), 4, 16, 2) if step.dry_run else ((1, 2, 4, 8), 16, 250, 3)
-    model = {"encoder": "small_cnn", "width": 8, "feature_dim": 16} if step.dry_run else ENCODERS["resnet18_cifar"]
-    step.record(clients=clients, images_per_client=per_client, rounds=rounds, model=model, results=[])
-    start_private_ray(num_cpus=os.cpu_count())
-    results: list[dict[str, Any]] = []
-    try:
-        for hosts in hosts_list:
-            if step.left() < 10:
-                results.append({"hosts": hosts, "error": "skipped: out of time"})
-                continue
-            share = 0.0 if step.dry_run else round(1.0 / hosts, 6)
-            scenario = {
-                "name": f"gpu-check-sharing-{hosts}", "seed": 42,
-                "dataset": {"name": "synthetic", "image_size": 32, "channels": 3, "num_classes": 10,
-                            "train_samples": clients * per_client, "test_samples": max(10, clients * per_client // 5)},
-                "partition": {"kind": "iid", "num_clients": clients}, "model": model, "algorithm": {"name": "fedavg_se"},
-                "protocol": {"rounds": rounds, "participation": 1.0, "local_epochs": 1, "batch_size": 32, "eval_every": rounds},
-                "runtime": {"backend": "ray", "clients_per_actor": clients // hosts, "max_actors": hosts,
-                            "num_cpus_per_actor": 1, "num_gpus_per_actor": share},
-                "checkpoint": {"every": None}, "output": {"dir": str(step.work)},
-            }
-            started = time.perf_counter()
-            run_dir = step.work / f"hosts-{hosts}"
-            run_simulation(prepare_run(build_scenario(scenario)), run_dir, QuietObserver())
-            table = read_table(run_dir, "rounds").sort_by("round").to_pydict()
-            manifest = json.loads((run_dir / "manifest.json").read_text())
-            samples, seconds = table["samples_trained"], table["wall_time_s"]
-            results.append({
-                "hosts": hosts, "gpus_per_host": share, "round_wall_s": [round(s, 3) for s in seconds],
-                "samples_per_s": round(sum(samples) / sum(seconds), 1),
-                "samples_per_s_after_round_1": round(sum(samples[1:]) / sum(seconds[1:]), 1) if len(seconds) > 1 else None,
-                "run_wall_s": round(time.perf_counter() - started, 2),
-                "host_devices": sorted({host["device"] for host in manifest["client_host_hardware"]}),
-            })
-            step.record(results=results)
-    finally:
-        ray.shutdown()
-    if any("error" in entry for entry in results):
-        raise RuntimeError("; ".join(f"{e['hosts']} hosts: {e['error']}" for e in results if "error" in e))
+def step_paper_round(step: Step) -> None:
+    """benchmarks/gpu_round.py in a process of its own, within this step's budget."""
+    out = step.work / "gpu_round.json"
+    command = [sys.executable, str(REPO / "benchmarks/gpu_round.py"), "--budget", str(max(10.0, step.left() - 30)), "--out", str(out),
+               *(["--dry-run"] if step.dry_run else [])]
+    result = run_command(command, step.left())
+    measured = json.loads(out.read_text()) if out.is_file() else {}
+    step.record(run={key: result[key] for key in ("cmd", "returncode", "timed_out", "seconds")}, **{
+        key: measured[key] for key in ("sizes", "modes", "ray", "ceilings", "bit_identity", "skipped") if key in measured
+    })
+    if result["returncode"] != 0:
+        step.record(log_tail=result["output_tail"][-1500:])
+        raise RuntimeError(f"gpu_round.py exited {result['returncode']}" + (" (timed out)" if result["timed_out"] else ""))
 
 
 def compare_clients_tables(first: Any, second: Any) -> dict[str, Any]:
@@ -406,7 +374,7 @@ def step_paper(step: Step) -> None:
 
 STEPS: dict[str, Callable[[Step], None]] = {
     "machine": step_machine, "cuda_tests": step_cuda_tests, "throughput": step_throughput,
-    "sharing": step_sharing, "bit_identity": step_bit_identity, "paper_rot_two_rounds": step_paper,
+    "paper_round": step_paper_round, "bit_identity": step_bit_identity, "paper_rot_two_rounds": step_paper,
 }
 
 

@@ -23,7 +23,7 @@
 # over 64 MB: move it aside for the copy and back after). Two commands on the same machine,
 # the second sent at once (a machine kept warm for only seconds between calls):
 #   1. with .whl/ in the tree:
-#        bash benchmarks/gpu_check.sh --steps machine,cuda_tests,throughput,sharing,bit_identity
+#        bash benchmarks/gpu_check.sh --steps machine,cuda_tests,throughput,paper_round,bit_identity
 #   2. right after, with the data in a git-ignored folder of the tree prepared before the
 #      first command (e.g. .gpudata/cifar10-jpeg) and sent with the second alone; the wheels
 #      installed by the first stay in /tmp/hdcfl-gpu-site while the machine is kept:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import gpu_check  # noqa: E402
 
-STEPS = ["machine", "cuda_tests", "throughput", "sharing", "bit_identity", "paper_rot_two_rounds"]
+STEPS = ["machine", "cuda_tests", "throughput", "paper_round", "bit_identity", "paper_rot_two_rounds"]
 
 
 def test_dry_run_writes_every_step(tmp_path: Path) -> None:
@@ -43,8 +43,13 @@ def test_dry_run_writes_every_step(tmp_path: Path) -> None:
         (encoder, precision) for encoder in ("small_cnn", "resnet18_cifar") for precision in ("fp32", "bf16")
     }
     assert all(row["project_samples_per_s"] > 0 and row["plain_samples_per_s"] > 0 and row["ratio_project_over_plain"] > 0 for row in throughput)
-    sharing = report["sharing"]["results"]
-    assert sharing and all(row["samples_per_s"] > 0 and row["host_devices"] == ["cpu"] for row in sharing)
+    round_ = report["paper_round"]
+    # every mode, the Ray hosts and every ceiling measured; the default mode's two runs compared
+    assert set(round_["modes"]) == {"one-at-a-time", "batched", "batched+tf32", "batched+bf16", "fastest"}, round_.get("skipped")
+    assert all(mode["images_per_s"] > 0 and mode["over_ceilings"] for mode in round_["modes"].values())
+    assert set(round_["ray"]) == {"1_hosts", "2_hosts"} and all(r["over_local_backend"] > 0 for r in round_["ray"].values())
+    assert round_["ceilings"]["fp32"]["2_concurrent_loops"] > 0
+    assert round_["bit_identity"]["bit_identical"] is True
     assert report["bit_identity"]["validate"]["returncode"] == 0
     paper = report["paper_rot_two_rounds"]
     # the CIFAR-10 copy may be absent here: then a warning, not a failure
