@@ -37,7 +37,7 @@ Ray's over the local backend's.
 
 `--dry-run` runs every measurement with tiny sizes on the CPU (a small CNN, 4 clients
 of 16 images, two loops) so that the suite can check the script without a GPU
-(tests/test_gpu_round.py); its numbers mean nothing.
+(tests/test_gpu_check.py runs it as gpu_check's paper_round step); its numbers mean nothing.
 """
 
 from __future__ import annotations
