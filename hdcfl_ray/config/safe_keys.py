@@ -17,10 +17,11 @@ from hdcfl_ray.config.schema import Scenario
 RERUN_SAFE_PREFIXES = ("runtime.",)
 RERUN_SAFE_KEYS = frozenset({"output.dir", "checkpoint.every", "output.trackers", "output.mlflow_uri"})
 # runtime keys that change the arithmetic itself, so a run's rounds must all share
-# them. Two are compared as resolved, not as written: runtime.torch_threads as the
+# them. Three are compared as resolved, not as written: runtime.torch_threads as the
 # threads each host trains with ("auto" is runtime.num_cpus_per_actor, so changing
 # that changes the bits too), runtime.num_gpus_per_actor as CPU or CUDA (a host
-# trains on CUDA exactly when it has a share; the size of the share does not matter).
+# trains on CUDA exactly when it has a share; the size of the share does not matter),
+# runtime.batched_training as on or off ("auto" is on exactly for CUDA hosts).
 ARITHMETIC_KEYS = (
     "runtime.precision",
     "runtime.channels_last",
@@ -29,6 +30,7 @@ ARITHMETIC_KEYS = (
     "runtime.torch_threads",
     "runtime.batched_evaluation",
     "runtime.num_gpus_per_actor",
+    "runtime.batched_training",
 )
 
 
@@ -69,8 +71,10 @@ def comparable(scenario: Scenario) -> dict[str, Any]:
     the running method's own section, and the two arithmetic keys that are compared as
     resolved (see ARITHMETIC_KEYS) replaced by what they resolve to."""
     from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+    from hdcfl_ray.runtime.server.settings import trains_batched
 
     flat = flatten(own_sections(scenario.model_dump(mode="json")))
     flat["runtime.torch_threads"] = torch_threads_per_host(scenario.runtime)
     flat["runtime.num_gpus_per_actor"] = "CUDA" if scenario.runtime.num_gpus_per_actor > 0 else "CPU"
+    flat["runtime.batched_training"] = trains_batched(scenario.runtime)
     return flat
