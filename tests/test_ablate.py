@@ -40,12 +40,13 @@ def _refresh_rounds(run_dir: Path) -> list[int]:
     return sorted(int(path.stem.removeprefix("round-")) for path in (run_dir / "refresh_cache").glob("round-*.npz"))
 
 
-# What only training decides (who trained, on which host, how much, when on the virtual
-# clock, how long it took): a replay trains nothing, so these are absent there.
-_TRAINING_CLIENT_COLUMNS = {"host", "participated", "train_loss", "num_samples"}
+# What only training decides (who trained, on which host, how much, what it sent, when on
+# the virtual clock, how long it took): a replay trains and sends nothing, so these are absent there.
+_TRAFFIC_COLUMNS = {"bytes_up", "bytes_down", "eval_bytes_down"}
+_TRAINING_CLIENT_COLUMNS = {"host", "participated", "train_loss", "num_samples", *_TRAFFIC_COLUMNS}
 _TRAINING_ROUND_COLUMNS = {
     "num_participants", "num_rejected", "num_dropped", "samples_trained", "local_steps", "eval_samples_trained",
-    "eval_local_steps", "mean_train_loss", "virtual_time", "wall_time_s", "aggregate_s", "elapsed_s",
+    "eval_local_steps", "mean_train_loss", "virtual_time", "wall_time_s", "aggregate_s", "elapsed_s", *_TRAFFIC_COLUMNS,
 }
 
 

@@ -24,6 +24,7 @@ from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
 from hdcfl_ray.contract import RefreshSummary
 from hdcfl_ray.runtime.server.messages import EvalReport, UploadMeta
 from hdcfl_ray.runtime.server.round_tail import RoundReport
+from hdcfl_ray.runtime.server.traffic import ClientTraffic
 
 # Absent values (a client that never trained, a first refresh with no previous one)
 # are written as nulls, not NaN, so readers can tell "not applicable" from a number.
@@ -35,9 +36,15 @@ def _stat(stats: EvalStats | None, attribute: str) -> float | None:
 
 
 def client_row(
-    round_index: int, evaluation: EvalReport, host: int | None, upload: UploadMeta | None, true_groups: np.ndarray | None
+    round_index: int,
+    evaluation: EvalReport,
+    host: int | None,
+    upload: UploadMeta | None,
+    true_groups: np.ndarray | None,
+    traffic: ClientTraffic | None = None,
 ) -> dict[str, Any]:
-    """One clients-table row: the client's evaluation, and its update if it trained this round."""
+    """One clients-table row: the client's evaluation, its update if it trained this round,
+    and the bytes it moved this round (`traffic`; null where nothing was counted, as in a replay)."""
     client_id = evaluation.client_id
     result = evaluation.result
     references = result.references
@@ -63,6 +70,9 @@ def client_row(
         "group": result.group,
         "true_group": None if true_groups is None else int(true_groups[client_id]),
         "memberships": None if result.memberships is None else list(result.memberships),
+        "bytes_up": None if traffic is None else traffic.up,
+        "bytes_down": None if traffic is None else traffic.down,
+        "eval_bytes_down": None if traffic is None else traffic.eval_down,
     }
 
 
@@ -174,6 +184,7 @@ class RoundRowBuilder:
                 host=self.client_hosts[evaluation.client_id],
                 upload=trained.get(evaluation.client_id),
                 true_groups=self.true_groups,
+                traffic=report.traffic.of(evaluation.client_id),
             )
             for evaluation in report.eval_reports
         ]
@@ -191,6 +202,10 @@ class RoundRowBuilder:
             "local_steps": sum(upload.budget.steps for upload in report.uploads),
             "eval_samples_trained": sum(evaluation.budget.samples for evaluation in report.eval_reports),
             "eval_local_steps": sum(evaluation.budget.steps for evaluation in report.eval_reports),
+            # every client's bytes, evaluated or not (the clients table holds the evaluated ones)
+            "bytes_up": report.traffic.up,
+            "bytes_down": report.traffic.down,
+            "eval_bytes_down": report.traffic.eval_down,
             "virtual_time": report.virtual_time,
             "mean_train_loss": float(np.mean(losses)) if losses else ABSENT,
             "personalized": any(row["reference"] == "personalized" for row in client_rows),

@@ -26,6 +26,9 @@ CLIENTS_SCHEMA = pa.schema(
         ("group", pa.int32()),
         ("true_group", pa.int32()),
         ("memberships", pa.list_(pa.float64())),
+        ("bytes_up", pa.int64()),
+        ("bytes_down", pa.int64()),
+        ("eval_bytes_down", pa.int64()),
     ]
 )
 
@@ -41,6 +44,9 @@ ROUNDS_SCHEMA = pa.schema(
         ("local_steps", pa.int64()),
         ("eval_samples_trained", pa.int64()),
         ("eval_local_steps", pa.int64()),
+        ("bytes_up", pa.int64()),
+        ("bytes_down", pa.int64()),
+        ("eval_bytes_down", pa.int64()),
         ("mean_train_loss", pa.float64()),
         ("mean_accuracy", pa.float64()),
         ("worst_accuracy", pa.float64()),

@@ -39,6 +39,7 @@ class InFlight:
     base_version: int
     base_vector: np.ndarray  # the shared vector the client started from (FedBuff deltas)
     handle: TrainingHandle
+    bytes_down: int = 0  # what the client downloaded for this job, counted when its update arrives
 
 
 class AsyncFederatedServer(FederatedServer):
@@ -89,7 +90,8 @@ class AsyncFederatedServer(FederatedServer):
         # the dispatch counter plays the round's part in the client's seed: every dispatch differs
         handle = self.pool.submit(client_id, self.dispatches, task, needed)
         self.in_flight[client_id] = InFlight(
-            client_id, self.virtual_time, finish, self.version, np.array(self.algorithm.async_shared(self.state), copy=True), handle
+            client_id, self.virtual_time, finish, self.version, np.array(self.algorithm.async_shared(self.state), copy=True), handle,
+            bytes_down=self.traffic.task_bytes(task),
         )
         heapq.heappush(self.finish_queue, (finish, client_id))
 
@@ -120,6 +122,8 @@ class AsyncFederatedServer(FederatedServer):
             self.virtual_time = finish
             meta, flight.handle = self.pool.result(flight.handle)
             uploads_meta.append(meta)
+            self.traffic.sent_earlier(client_id, flight.bytes_down)
+            self.traffic.received(client_id, flight.handle.models_ref, meta.values)
             staleness = self.version - flight.base_version
             upload = accepted_upload(meta, flight.handle, self.transport, events, not_taken="not applied")
             if upload is None:

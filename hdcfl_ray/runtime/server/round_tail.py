@@ -4,7 +4,8 @@ Both servers take a finished update into the method's hands with
 `accepted_upload` (an update holding NaN/Inf is logged and left out), and end a
 round with `close_round`: every client is evaluated when the round is due (every
 `protocol.eval_every` rounds, the last round, and any round that refreshed), the
-host pool's events are collected, and the `RoundReport` the driver logs is built.
+host pool's events and the round's traffic (traffic.py) are collected, and the
+`RoundReport` the driver logs is built.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hdcfl_ray.runtime.server.host_pool import HostPool, TrainingHandle
 from hdcfl_ray.runtime.server.messages import EvalReport, UploadMeta
 from hdcfl_ray.runtime.server.settings import ServerSettings
 from hdcfl_ray.runtime.server.stored_models import StoredModels
+from hdcfl_ray.runtime.server.traffic import RoundTraffic, TrafficMeter
 from hdcfl_ray.runtime.server.transport import Transport
 
 
@@ -42,6 +44,7 @@ class RoundReport:
     timings: list[UpdateTiming] = field(default_factory=list)
     virtual_time: float = 0.0  # virtual clock at the end of the round
     aggregate_seconds: float = 0.0  # server-side aggregation, a method's regrouping (refresh) included
+    traffic: RoundTraffic = field(default_factory=RoundTraffic)  # each client's bytes this round, evaluation included
 
 
 class RoundServer(Protocol):
@@ -51,6 +54,7 @@ class RoundServer(Protocol):
     settings: ServerSettings
     pool: HostPool
     virtual_time: float
+    traffic: TrafficMeter
 
     def evaluate_clients(self, round_index: int, final: bool) -> list[EvalReport]: ...
 
@@ -101,6 +105,7 @@ def close_round(
     due = evaluation_due(round_index, server.rounds, server.settings.protocol.eval_every, notes.refresh)
     eval_reports = server.evaluate_clients(round_index, final) if due else []
     events = [*events, *server.pool.take_events(), *late_events]
+    traffic = server.traffic.take()  # after the evaluation, whose downloads belong to this round
     return RoundReport(
         round_index=round_index,
         selected=selected,
@@ -112,4 +117,5 @@ def close_round(
         timings=timings,
         virtual_time=server.virtual_time,
         aggregate_seconds=aggregate_seconds,
+        traffic=traffic,
     )

@@ -21,6 +21,7 @@ from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, UploadMeta
 from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
 from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, select_clients, selection_size
 from hdcfl_ray.runtime.server.settings import ServerSettings
+from hdcfl_ray.runtime.server.traffic import TrafficMeter
 from hdcfl_ray.runtime.server.transport import RayTransport, Transport
 
 
@@ -50,6 +51,7 @@ class FederatedServer:
         self.pool = HostPool(hosts, client_hosts, self.transport, spawner=host_spawner, max_replacements=max_replacements)
         # a method without a probe hook of its own is not asked about every client every round
         self._probes = asks_for_probes(algorithm)
+        self.traffic = TrafficMeter(self.transport)  # each client's bytes, reported with the round
 
     def encoder_size(self) -> int:
         """Floats in the encoder vector (for the manifest)."""
@@ -79,7 +81,9 @@ class FederatedServer:
         self.pool.state_refs = dict(snapshot["client_states"])
 
     def _put_broadcast(self, round_index: int) -> dict[str, Any]:
-        return {name: self.transport.put(value) for name, value in self.algorithm.broadcast(self.state, round_index).items()}
+        objects = self.algorithm.broadcast(self.state, round_index)
+        self.traffic.broadcast(objects)
+        return {name: self.transport.put(value) for name, value in objects.items()}
 
     def _jobs_per_host(self, tasks: dict[int, ClientTask]) -> dict[int, list[ClientJob]]:
         jobs: dict[int, list[ClientJob]] = {}
@@ -109,11 +113,15 @@ class FederatedServer:
         )
         if probe_tasks:
             object_refs = self._put_broadcast(round_index)
+            for client_id, task in probe_tasks.items():
+                self.traffic.sent(client_id, task)
             answers = self.pool.call_per_host(
                 "probe",
                 {host: (lambda jobs=jobs: (jobs, round_index, object_refs)) for host, jobs in self._jobs_per_host(probe_tasks).items()},
             )
             results = {k: v for host in sorted(answers) for k, v in answers[host].items()}
+            for client_id, answer in results.items():
+                self.traffic.received(client_id, answer)
             events += self.algorithm.absorb_probes(self.state, round_index, results).events
 
         selected = sorted(self.algorithm.select(self.state, round_index, sampled, online))
@@ -127,6 +135,7 @@ class FederatedServer:
         entries = []
         for client_id in plan.trained:
             task = self.algorithm.training_task(self.state, round_index, client_id)
+            self.traffic.sent(client_id, task)
             entries.append((client_id, round_index, task, {name: object_refs[name] for name in task.models}))
         if settings.batched_training:  # one call per host with all its clients, so they train together
             entries_of_host: dict[int, list[tuple[int, int, ClientTask, dict[str, Any]]]] = {}
@@ -138,6 +147,8 @@ class FederatedServer:
         # Results are taken as they finish; the order they are applied in is fixed below.
         finished = self.pool.train_all(handles)
         metas: dict[int, UploadMeta] = {k: meta for k, (meta, _) in finished.items()}
+        for client_id, (meta, handle) in finished.items():
+            self.traffic.received(client_id, handle.models_ref, meta.values)
 
         uploads: list[Upload] = []
         for client_id in sorted(finished):
@@ -169,6 +180,8 @@ class FederatedServer:
         client-id order (`close_round` decides when)."""
         object_refs = self._put_broadcast(round_index)
         tasks = {k: self.algorithm.evaluation_task(self.state, round_index, k, final) for k in self.settings.eval_client_ids}
+        for client_id, task in tasks.items():
+            self.traffic.sent_for_evaluation(client_id, task)
         calls = {}
         for host_index, jobs in self._jobs_per_host(tasks).items():
             needed = {name: object_refs[name] for name in {name for job in jobs for name in job.task.models}}
