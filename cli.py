@@ -337,7 +337,10 @@ def sweep(
         from analysis.report_tables import all_tables, to_markdown
         from analysis.runs import load_runs
 
-        records = run_metrics(load_runs([plan.out]))
+        try:
+            records = run_metrics(load_runs([plan.out]))
+        except ScenarioError as error:  # e.g. two runs of one seed: the sweep's runs stay, the report is not written
+            _fail_bad_input(error)
         if records:
             report_file.parent.mkdir(parents=True, exist_ok=True)
             report_file.write_text(to_markdown(all_tables(records)))
@@ -444,7 +447,10 @@ def calibrate(
     from analysis.report_tables import to_markdown, to_rich
     from analysis.runs import load_runs
 
-    table = calibration_table(load_runs([run.run_dir for run in runs if run.run_dir.exists()]), key)
+    try:
+        table = calibration_table(load_runs([run.run_dir for run in runs if run.run_dir.exists()]), key)
+    except ScenarioError as error:  # its runs differ in more than the knob, or repeat a value and seed
+        _fail_bad_input(error)
     for rendered in to_rich([table]):
         console.print(rendered)
     if report_file is not None:
@@ -462,12 +468,21 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of the terminal."),
     figures: Optional[Path] = typer.Option(None, "--figures", help="Also write PNG figures (learning curves, grouping diagnostics, client distributions, memberships) to this folder."),
     against: Optional[str] = typer.Option(None, "--against", help="The method (or output.label) the paired table takes each other method from, seed by seed (default: hdcfl)."),
+    keep_duplicate: Optional[str] = typer.Option(
+        None,
+        "--keep-duplicate",
+        help="Of two runs of the same method, setting and seed (refused without this), keep the newest or the oldest (by start time).",
+        metavar="newest|oldest",
+    ),
 ) -> None:
     """The paper's tables from finished runs: mean ± sample std over seeds, best and second
-    best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods."""
+    best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods.
+    Runs are averaged only where their resolved scenarios agree in all but the seed and the
+    keys a rerun may change; other runs of a scenario name get columns of their own."""
     from analysis.final_metrics import run_metrics
     from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
     from analysis.runs import left_out_note, load_runs, unfinished
+    from analysis.setting_groups import duplicates_note, place_runs
 
     renderers = {"md": to_markdown, "markdown": to_markdown, "csv": to_csv, "latex": to_latex}
     if output_format not in (*renderers, "table"):
@@ -510,17 +525,24 @@ def report(
             "data (partition.validation_fraction), not on the test set; the tables list them as '<setting> (validation)'",
             highlight=False,
         )
-    records = run_metrics(runs)
+    try:  # which runs are one setting, and one run per seed of each
+        placement = place_runs([run for run in runs if run.finished], keep_duplicate)
+    except ScenarioError as error:
+        _fail_bad_input(error)
+    if placement.duplicates:
+        Console(stderr=True).print(duplicates_note(placement.duplicates, keep_duplicate), highlight=False)
+    records = run_metrics(placement.runs)
     if not records:
         _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
+    notes = " ".join(note for note in (left_out_note(left_out), duplicates_note(placement.duplicates, keep_duplicate)) if note)
     try:
-        tables = all_tables(records, against, left_out_note(left_out))
+        tables = all_tables(records, against, notes)
     except ScenarioError as error:
         _fail_bad_input(error)
     if figures is not None:
         from analysis.figures import write_figures
 
-        written = write_figures([run for run in runs if run.finished], figures)
+        written = write_figures(placement.runs, figures)
         Console(stderr=True).print(f"wrote {len(written)} figure(s) to {figures}")
     if output_format == "table" and out is None:
         console = Console()

@@ -20,6 +20,7 @@ from statistics import mean
 from analysis.provenance import provenance_note, run_provenance
 from analysis.report_tables import ReportTable, Text
 from analysis.runs import RunRecord
+from analysis.setting_groups import check_calibration_runs
 
 SELECTION_RULE = (
     "highest final mean client accuracy on validation images held out of each client's training data, "
@@ -79,7 +80,9 @@ def choose_value(runs: list[RunRecord], key: str) -> CalibrationChoice:
 
 
 def calibration_table(runs: list[RunRecord], key: str) -> ReportTable:
+    """ScenarioError where the runs differ in more than `key` or repeat a value and seed."""
     completed = [run for run in runs if run.status == "completed" and run.final_evaluated_round() is not None]
+    check_calibration_runs(completed, key)  # one setting, one knob: what the report's grouping asks of a column
     validation = bool(completed) and all(run.scored_on_validation for run in completed)
     accuracy_label = "validation" if validation else "test (oracle)"
     table = ReportTable(

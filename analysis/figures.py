@@ -32,7 +32,7 @@ def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int]
     for run in runs:
         rows = [row for row in run.rounds.to_pylist() if row["evaluated"] and row["mean_accuracy"] is not None]
         if rows:
-            curves[(run.setting, run.algorithm)].append(([r["round"] for r in rows], [100 * r["mean_accuracy"] for r in rows]))
+            curves[(run.setting, run.method)].append(([r["round"] for r in rows], [100 * r["mean_accuracy"] for r in rows]))
     return curves
 
 
@@ -115,7 +115,7 @@ def client_distributions(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         if final is None:
             continue
         rows = [r for r in run.clients.to_pylist() if r["round"] == final["round"]]
-        per_setting[run.setting][run.algorithm].extend(100 * r["accuracy"] for r in rows)
+        per_setting[run.setting][run.method].extend(100 * r["accuracy"] for r in rows)
     written = []
     for setting, methods in sorted(per_setting.items()):
         names = sorted(methods)

@@ -16,6 +16,7 @@ from statistics import mean, stdev
 from analysis.participation_split import participation_split
 from analysis.provenance import run_provenance
 from analysis.runs import RunRecord
+from analysis.setting_groups import place_runs
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {
@@ -58,11 +59,15 @@ class Cell:
     seeds: int
 
 
-def run_metrics(runs: list[RunRecord]) -> list[RunMetrics]:
+def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetrics]:
+    """One record per finished run, under the column and row analysis.setting_groups
+    gives it (runs not yet placed are placed here, `keep` saying which of two runs of
+    one method, setting and seed to keep; without it such runs raise DuplicateRunsError)."""
+    finished = [run for run in runs if run.finished]
+    if not all(run.column is not None and run.row is not None for run in finished):
+        finished = place_runs(finished, keep).runs
     records = []
-    for run in runs:
-        if not run.finished:
-            continue
+    for run in finished:
         final = run.final_evaluated_round()
         assert final is not None
         values = {metric: _float(final.get(metric)) for metric in METRICS}

@@ -144,12 +144,12 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
     refresh-to-refresh ARI where the runs logged refreshes."""
     tables = []
     settings = sorted({r.setting for r in records})
-    bases = sorted({s.split(".", 1)[0] for s in settings if "." in s})
+    bases = sorted({_ablation_base(s) for s in settings if _ablation_base(s) != s})
     accuracy = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
     diagnostics = (("Sil.", "refresh_silhouette"), ("Refresh ARI", "refresh_ari_previous"))
     by_seed = {(r.setting, r.method, r.seed): r.values.get("mean_accuracy", math.nan) for r in records}
     for base in bases:
-        members = [s for s in settings if s == base or s.startswith(base + ".")]
+        members = [s for s in settings if _ablation_base(s) == base]
         logged = [name for name, metric in diagnostics
                   if any(not math.isnan(r.values.get(metric, math.nan)) for r in records if r.setting in members)]
         columns = accuracy + tuple((name, metric) for name, metric in diagnostics if name in logged)
@@ -159,7 +159,7 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
         )
         per_metric = {metric: cells(records, metric) for _, metric in columns}
         for setting in members:
-            variant = "as run" if setting == base else setting.split(".", 1)[1]
+            variant = "as run" if setting == base else setting.split(" ", 1)[0].split(".", 1)[1]
             for method in sorted({r.method for r in records if r.setting == setting}):
                 row = [Text(variant), Text(method)]
                 for _, metric in columns:
@@ -183,6 +183,15 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
                            "then mean ± std over seeds.")
         tables.append(table)
     return tables
+
+
+def _ablation_base(setting: str) -> str:
+    """The setting a replay's column belongs to: its scenario's name up to the first dot
+    (`hdcfl-ray ablate` names a replay `<base>.<variant>`), followed by what the column's
+    name adds after the scenario name (` (validation)`, ` [key=value, ...]`, whose
+    values may hold dots themselves); a column that is no replay is its own base."""
+    name, space, rest = setting.partition(" ")
+    return name.split(".", 1)[0] + space + rest
 
 
 def gain_table(records: list[RunMetrics]) -> ReportTable | None:

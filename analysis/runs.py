@@ -21,12 +21,22 @@ class RunRecord:
     rounds: pa.Table
     clients: pa.Table
     refresh: pa.Table
+    # The report's column and row for this run, given by analysis.setting_groups once
+    # every run of the report is known (None until then: the name-based labels below).
+    column: str | None = None
+    row: str | None = None
 
     @property
     def setting(self) -> str:
-        """The scenario's name; runs scored on held-out training images instead of the
-        test set (`partition.validation_fraction`) are a setting of their own, never
-        averaged with test-scored runs of the same name."""
+        """The report's column: `column` once the runs are placed (their resolved
+        scenarios, not their names, say which runs are one setting); before that the
+        scenario's name, with runs scored on held-out training images instead of the test
+        set (`partition.validation_fraction`) a setting of their own."""
+        return self.column if self.column is not None else self.scenario_label
+
+    @property
+    def scenario_label(self) -> str:
+        """The scenario's name, marked `(validation)` for a validation-scored run."""
         name = str(self.scenario.get("name"))
         return f"{name} (validation)" if self.scored_on_validation else name
 
@@ -40,9 +50,15 @@ class RunRecord:
 
     @property
     def method(self) -> str:
-        """The name reports list the run under: the algorithm, or a variant of it whose
-        budget or design differs enough to be its own row (`method_label`)."""
-        return method_label(self.scenario)
+        """The report's row: the algorithm, or a variant of it whose budget or design
+        differs enough to be its own row (`method_label`), and once the runs are placed
+        (analysis.setting_groups) a variant of its knobs where runs of it differ in them."""
+        return self.row if self.row is not None else method_label(self.scenario)
+
+    @property
+    def started_at(self) -> str:
+        """When the run started (the manifest's ISO time; '' when it has none)."""
+        return str(self.manifest.get("started_at") or "")
 
     @property
     def seed(self) -> int:

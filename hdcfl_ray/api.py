@@ -314,15 +314,24 @@ def _seed(value: Any) -> int:
     return value
 
 
-def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md", against: str | None = None) -> str:
+def report(
+    paths: PathLike | Run | Iterable[PathLike | Run],
+    format: str = "md",
+    against: str | None = None,
+    keep_duplicate: str | None = None,
+) -> str:
     """The report tables of finished runs, as `hdcfl-ray report --format FORMAT`:
     md (Markdown), csv, latex, or table (the terminal tables as plain text).
     paths: run directories, sweep folders, folders that hold run directories, or Runs.
     against: the method (or output.label) the paired table compares every other one with (default hdcfl).
-    Unfinished runs are left out (with a warning)."""
+    keep_duplicate: "newest" or "oldest", which of two runs of the same method, setting and
+    seed to keep; without it such runs raise ScenarioError naming both folders.
+    Runs are averaged only where their resolved scenarios agree in all but the seed and the
+    keys a rerun may change. Unfinished runs are left out (with a warning)."""
     from analysis.final_metrics import run_metrics
     from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
     from analysis.runs import left_out_note, load_runs, unfinished
+    from analysis.setting_groups import duplicates_note, place_runs
 
     if format not in REPORT_FORMATS:
         raise ScenarioError(f"--format {format!r}: choose table, md, csv or latex")
@@ -338,12 +347,16 @@ def report(paths: PathLike | Run | Iterable[PathLike | Run], format: str = "md",
             f"left out {len(left_out)} unfinished run(s): " + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out),
             stacklevel=2,
         )
-    records = run_metrics(runs)
+    placement = place_runs([run for run in runs if run.finished], keep_duplicate, option='keep_duplicate="{}"')
+    if placement.duplicates:
+        warnings.warn(duplicates_note(placement.duplicates, keep_duplicate), stacklevel=2)
+    records = run_metrics(placement.runs)
     if not records:
         raise ScenarioError(
             f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, folders))}"
         )
-    tables = all_tables(records, against, left_out_note(left_out))
+    notes = " ".join(note for note in (left_out_note(left_out), duplicates_note(placement.duplicates, keep_duplicate)) if note)
+    tables = all_tables(records, against, notes)
     if format == "table":
         from rich.console import Console
 

@@ -115,7 +115,7 @@ def test_the_rule_picks_the_best_mean_validation_accuracy_and_breaks_ties_toward
         scored_on_validation = True
 
         def __init__(self, value: float, accuracy: float) -> None:
-            self.scenario = {"algorithm": {"fedprox": {"mu": value}}, "partition": {"validation_fraction": 0.2}}
+            self.scenario = tiny_scenario(algorithm={"name": "fedprox", "fedprox": {"mu": value}}, partition={"validation_fraction": 0.2})
             self.accuracy = accuracy
 
         def final_evaluated_round(self):
@@ -151,7 +151,7 @@ def test_no_value_is_chosen_while_a_run_is_unfinished():
         scored_on_validation = True
 
         def __init__(self, value: float, accuracy: float, status: str) -> None:
-            self.scenario = {"algorithm": {"fedprox": {"mu": value}}, "partition": {"validation_fraction": 0.2}}
+            self.scenario = tiny_scenario(algorithm={"name": "fedprox", "fedprox": {"mu": value}}, partition={"validation_fraction": 0.2})
             self.accuracy, self.status = accuracy, status
             self.run_dir = Path(f"out/setting.mu-{value}/fedprox/seed42")
             self.method, self.seed = "fedprox", 42

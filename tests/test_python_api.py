@@ -58,7 +58,10 @@ def test_api_and_cli_give_bit_identical_client_accuracies(tmp_path, write_scenar
     loaded = hdcfl_ray.load_run(run.dir)
     assert loaded.final == final and loaded.clients.equals(run.clients)
 
-    markdown = hdcfl_ray.report([run, tmp_path / "cli"], format="md")
+    with pytest.raises(hdcfl_ray.ScenarioError, match="seed 11"):  # two runs of one seed count once: which one?
+        hdcfl_ray.report([run, tmp_path / "cli"], format="md")
+    with pytest.warns(UserWarning, match="Left out as repeats"):
+        markdown = hdcfl_ray.report([run, tmp_path / "cli"], format="md", keep_duplicate="newest")
     assert "| hdcfl |" in markdown and "tiny" in markdown
     assert "hdcfl" in hdcfl_ray.report(run.dir, format="csv")
 

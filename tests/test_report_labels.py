@@ -51,25 +51,25 @@ def labelled_runs(tmp_path_factory):
     from hdcfl_ray.terminal.live_view import QuietObserver
 
     root = tmp_path_factory.mktemp("labelled")
-    for label in (None, "fedavg-lr-half"):
-        changes = {"protocol": {"rounds": 1}, "runtime": {"backend": "local"}, "algorithm": {"name": "fedavg"}}
-        if label is not None:
+    for label in (None, "fedprox-mu1"):
+        changes = {"protocol": {"rounds": 1}, "runtime": {"backend": "local"}, "algorithm": {"name": "fedprox"}}
+        if label is not None:  # a variant in the method's own knobs: the same setting, a row of its own
             changes["output"] = {"label": label}
-            changes["protocol"]["optimizer"] = {"lr": 0.025}
+            changes["algorithm"]["fedprox"] = {"mu": 1.0}
         run_simulation(prepare_run(build_scenario(tiny_scenario(**changes))), root / (label or "plain"), QuietObserver())
     return root
 
 
 def test_the_report_lists_a_labelled_run_under_its_label_and_against_picks_the_reference(labelled_runs):
-    result = runner.invoke(app, ["report", str(labelled_runs), "--format", "md", "--against", "fedavg"])
+    result = runner.invoke(app, ["report", str(labelled_runs), "--format", "md", "--against", "fedprox"])
     assert result.exit_code == 0, result.output
-    assert "| fedavg-lr-half |" in result.output and "fedavg minus each method" in result.output
+    assert "| fedprox-mu1 |" in result.output and "fedprox minus each method" in result.output
 
 
 def test_against_a_method_without_runs_exits_2_naming_the_methods_there(labelled_runs):
     result = runner.invoke(app, ["report", str(labelled_runs), "--against", "fedavg_se"])
     assert result.exit_code == 2, result.output
-    assert "'fedavg_se'" in result.output and "fedavg, fedavg-lr-half" in result.output and "Traceback" not in result.output
+    assert "'fedavg_se'" in result.output and "fedprox, fedprox-mu1" in result.output and "Traceback" not in result.output
 
 
 def test_a_label_with_spaces_is_refused_naming_the_key():
@@ -92,6 +92,6 @@ def test_the_python_report_takes_against_as_the_cli_does(labelled_runs):
     import hdcfl_ray
     from hdcfl_ray.errors import ScenarioError
 
-    assert "fedavg minus each method" in hdcfl_ray.report(labelled_runs, against="fedavg")
-    with pytest.raises(ScenarioError, match="fedavg, fedavg-lr-half"):
+    assert "fedprox minus each method" in hdcfl_ray.report(labelled_runs, against="fedprox")
+    with pytest.raises(ScenarioError, match="fedprox, fedprox-mu1"):
         hdcfl_ray.report(labelled_runs, against="hdcfl")

@@ -41,14 +41,10 @@ def is_setting_key(key: str) -> bool:
 
 
 def setting_keys(scenario: Scenario, leave_out: Iterable[str] = ()) -> dict[str, Any]:
-    """The setting's keys, flat and sorted ({"partition.kind": "rotation", ...}), without
-    `leave_out` (dotted keys a caller compares apart, e.g. a calibrated knob)."""
+    """The setting's keys, flat and in the schema's order ({"partition.kind": "rotation",
+    ...}), without `leave_out` (dotted keys a caller compares apart, e.g. a calibrated knob)."""
     left_out = set(leave_out)
-    return {
-        key: value
-        for key, value in sorted(comparable(scenario).items())
-        if is_setting_key(key) and key not in left_out
-    }
+    return {key: value for key, value in comparable(scenario).items() if is_setting_key(key) and key not in left_out}
 
 
 def setting_fingerprint(scenario: Scenario, leave_out: Iterable[str] = ()) -> str:
