@@ -42,12 +42,17 @@ def client_metrics(run_dir: Path):
     return {column: table.column(column).to_pylist() for column in METRICS}
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "sync-batched"])
 def test_killing_a_client_host_mid_run_leaves_the_metrics_unchanged(tmp_path, mode):
+    """sync-batched: the dead host's clients trained together are redone together, so
+    they get the same bits."""
     protocol = {"rounds": 4, "participation": 0.5}
     if mode == "async":
         protocol.update(mode="async", asynchronous={"concurrency": 3}, system={"speed": {"kind": "lognormal", "mean": 4.0}})
-    scenario = build_scenario(tiny_scenario(protocol=protocol, algorithm={"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 1}}))
+    runtime = {"batched_training": True} if mode == "sync-batched" else {}
+    scenario = build_scenario(
+        tiny_scenario(protocol=protocol, runtime=runtime, algorithm={"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 1}})
+    )
     reference_dir = tmp_path / "reference"
     run_simulation(prepare_run(scenario), reference_dir, QuietObserver())
 
