@@ -1,5 +1,6 @@
 """The report's figures (PNG): learning curves, grouping diagnostics over refreshes,
-per-client accuracy distributions, and the membership heatmap at the last refresh."""
+per-client accuracy distributions, the membership heatmap at the last refresh, and
+accuracy against communication (analysis/communication_figure.py)."""
 
 from __future__ import annotations
 
@@ -162,10 +163,13 @@ def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
 
 
 def write_figures(runs: list[RunRecord], out_dir: Path) -> list[Path]:
+    from analysis.communication_figure import accuracy_against_communication  # it draws with this module's helpers
+
     out_dir.mkdir(parents=True, exist_ok=True)
     return [
         *learning_curves(runs, out_dir),
         *grouping_diagnostics(runs, out_dir),
         *client_distributions(runs, out_dir),
         *membership_heatmaps(runs, out_dir),
+        *accuracy_against_communication(runs, out_dir),
     ]

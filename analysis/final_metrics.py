@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from statistics import mean, stdev
 
 from analysis.participation_split import participation_split
+from analysis.run_traffic import run_traffic
 from analysis.provenance import run_provenance
 from analysis.runs import RunRecord
 from analysis.setting_groups import place_runs
@@ -72,6 +73,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         assert final is not None
         values = {metric: _float(final.get(metric)) for metric in METRICS}
         values.update(run_budget(run.rounds.to_pylist()))
+        values.update(run_traffic(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
         values.update(participation_split(run, int(final["round"])))
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
