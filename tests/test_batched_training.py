@@ -25,9 +25,8 @@ import torch
 from torch import nn
 
 import hdcfl_ray
-from hdcfl_ray.algorithms.proximal import ProximalPull
 from hdcfl_ray.algorithms.registry import method_names
-from hdcfl_ray.contract import OptimizerConfig
+from hdcfl_ray.contract import OptimizerConfig, ProximalPull
 from hdcfl_ray.models import SplitModel
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.models.small_cnn import SmallCNN

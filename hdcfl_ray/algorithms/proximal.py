@@ -7,12 +7,11 @@ BatchNorm running statistics are buffers, not parameters, and are not pulled."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from hdcfl_ray.contract import ClientContext, ModelParams, ModelParts
+from hdcfl_ray.contract import ClientContext, ModelParams, ProximalPull
 
 if TYPE_CHECKING:
     import torch
@@ -65,28 +64,3 @@ def proximal_regulariser(ctx: ClientContext, centres: Sequence[ModelParams], imp
             targets.append(piece)
             offset += size
     return ProximalPull(targets=targets, strength=float(strength), total_importance=float(np.sum(importance)), spread=spread)
-
-
-@dataclass(frozen=True)
-class ProximalPull:
-    """The regulariser `proximal_regulariser` returns: a function of the model, and
-    data that batched training reads to add the same term to each client's loss
-    (runtime/client/batched_training.py), so the proximal methods train together too.
-
-    `targets` are the anchor's pieces in the order of the model's parameters
-    (encoder, then head)."""
-
-    targets: list[Any]
-    strength: float
-    total_importance: float
-    spread: float
-
-    def penalty(self, parameters: Sequence[Any], targets: Sequence[Any]) -> Any:
-        """(lambda/2) (U ||w - anchor||^2 + spread) for the given parameter tensors."""
-        import torch
-
-        distance = torch.stack([(p - t).pow(2).sum() for p, t in zip(parameters, targets)]).sum()
-        return 0.5 * self.strength * (self.total_importance * distance + self.spread)
-
-    def __call__(self, model: ModelParts) -> Any:
-        return self.penalty([*model.encoder.parameters(), *model.head.parameters()], self.targets)

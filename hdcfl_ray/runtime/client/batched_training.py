@@ -31,8 +31,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from hdcfl_ray.algorithms.proximal import ProximalPull
-from hdcfl_ray.contract import OptimizerConfig, TrainStats
+from hdcfl_ray.contract import OptimizerConfig, ProximalPull, TrainStats
 from hdcfl_ray.models import SplitModel
 from hdcfl_ray.runtime.client.precision import active_half_precision, outside_autocast
 

@@ -316,7 +316,7 @@ class ClientHost:
                 flat.extend(self.train(job.client_id, round_index, job.task, object_refs, job.state))
             return flat
         from hdcfl_ray.runtime.client.batched_training import train_together
-        from hdcfl_ray.runtime.client.training_rendezvous import TrainingRendezvous, TrainingSlot
+        from hdcfl_ray.runtime.client.training_rendezvous import TrainingRendezvous
 
         started = time.perf_counter()
         # everything remote is fetched here, on the host's own thread, before the clients run
