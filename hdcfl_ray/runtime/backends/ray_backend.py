@@ -30,6 +30,7 @@ import ray
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import Method, ModelParams
+from hdcfl_ray.plugin_shipping import actor_options
 from hdcfl_ray.runtime.backends.actors import AsyncServerActor, ServerActor
 from hdcfl_ray.runtime.backends.choice import Backend
 from hdcfl_ray.runtime.backends.host_spec import HostSpec
@@ -124,7 +125,8 @@ def start_hosts(
         clients_of_host[client_hosts[client.client_id]].append(client)
     spec = HostSpec(
         # A dead host is replaced by the server (runtime.max_restarts times), not restarted by Ray.
-        options={"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor},
+        # Plugins' names go with every host, which may start on a node that never saw the driver's environment.
+        options={"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor, **actor_options()},
         name_prefix=f"hdcfl-host-{uuid.uuid4().hex[:8]}",
         shared_args=(scenario, algorithm, *arrays),
         clients_of_host=tuple(StoreRef(ray.put(clients_of_host[h])) for h in range(num_hosts)),
@@ -177,6 +179,6 @@ def start_server(
         )  # fmt: skip
     # The server actor mostly waits on clients; it takes no CPU slot away from them.
     actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
-    return actor_class.options(num_cpus=0).remote(
+    return actor_class.options(num_cpus=0, **actor_options()).remote(
         algorithm, hosts, client_hosts, initial, independent, settings, host_spawner=host_spec, max_replacements=max_replacements
     )

@@ -70,6 +70,15 @@ def _joins_loopback(address: str) -> bool:
     return host not in ("", "auto") and is_loopback_host(host)
 
 
+def _plugins_for_workers() -> dict[str, Any]:
+    """`ray.init`'s runtime_env when plugins are loaded: every worker of the job gets
+    their code and names (hdcfl_ray/plugin_shipping.py); no argument without plugins."""
+    from hdcfl_ray.plugin_shipping import ray_runtime_env
+
+    environment = ray_runtime_env()
+    return {"runtime_env": environment} if environment else {}
+
+
 # Every process of a private Ray instance carries this variable in its environment
 # (Ray's processes inherit it from the driver, and the agents and workers from the
 # raylet), valued uniquely per instance: after a shutdown, those still alive are
@@ -83,7 +92,7 @@ def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, das
     from hdcfl_ray.runtime.interrupts import ray_keeps_our_handlers
 
     _quiet_ray_environment()
-    kwargs: dict[str, Any] = {"include_dashboard": include_dashboard}
+    kwargs: dict[str, Any] = {"include_dashboard": include_dashboard, **_plugins_for_workers()}
     if include_dashboard:
         kwargs["dashboard_host"] = dashboard_host
     marker = f"{os.getpid()}-{uuid.uuid4().hex}"
@@ -257,13 +266,14 @@ class RaySession:
 
                 _quiet_ray_environment()
                 check_cluster_reachable(self.runtime.address)
+                plugins = _plugins_for_workers()
                 try:
                     if _joins_loopback(self.runtime.address):
                         with _single_machine(), ray_keeps_our_handlers():
-                            ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
+                            ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True, **plugins)
                     else:
                         with ray_keeps_our_handlers():
-                            ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True)
+                            ray.init(address=self.runtime.address, logging_level="ERROR", configure_logging=True, **plugins)
                 except ConnectionError as error:  # Ray's answer when no cluster is at the address
                     raise ScenarioError(
                         f"runtime.address: {self.runtime.address!r}: no Ray cluster to join ({str(error).strip().splitlines()[0]}); "
