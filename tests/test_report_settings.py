@@ -153,3 +153,32 @@ def test_a_calibration_table_refuses_runs_that_differ_in_more_than_its_knob(runs
         calibration_table(load_runs([runs["rotation"], runs["label_subset"]]), "protocol.rounds")
     with pytest.raises(ScenarioError, match="more than one run of a value and seed"):
         calibration_table(load_runs([runs["rotation"], runs["repeat"]]), "protocol.rounds")
+
+
+def test_a_run_of_a_plugin_method_not_loaded_here_is_still_placed_by_its_setting():
+    from analysis.runs import RunRecord
+    from analysis.setting_groups import run_setting
+
+    def record(algorithm: dict) -> RunRecord:
+        return RunRecord(Path("run"), tiny_scenario(algorithm=algorithm), {}, None, None, None)  # type: ignore[arg-type]
+
+    unknown = run_setting(record({"name": "not_loaded_here", "not_loaded_here": {"note": 2}}))
+    local = run_setting(record({"name": "local"}))
+    assert unknown.fingerprint == local.fingerprint  # the method's section is no part of the setting
+    assert unknown.knobs == {"note": 2} and unknown.default_knobs is None  # as the run wrote them
+
+
+def test_replays_of_runs_in_a_column_named_by_its_keys_find_their_base():
+    from analysis.final_metrics import RunMetrics
+    from analysis.report_tables import variant_tables
+
+    values = {"mean_accuracy": 0.5, "worst_accuracy": 0.4, "bottom20_accuracy": 0.4}
+    records = [
+        RunMetrics(setting, "hdcfl", seed, {**values, "mean_accuracy": 0.5 + shift})
+        for seed in (1, 2)
+        for setting, shift in (("rot [protocol.optimizer.lr=0.1]", 0.0), ("rot.mix-0 [protocol.optimizer.lr=0.1]", -0.1))
+    ]
+    [table] = variant_tables(records)
+    assert table.title.startswith("rot [protocol.optimizer.lr=0.1]: server-side variants")
+    assert [row[0].value for row in table.rows] == ["as run", "mix-0"]
+    assert table.rows[1][-2].value == "-10.00 / -10.00"
