@@ -485,14 +485,17 @@ def to_csv(tables: list[ReportTable]) -> str:
 
 
 def to_rich(tables: list[ReportTable]) -> list:
+    from rich.markup import escape
     from rich.table import Table
 
+    # Escaped: square brackets are rich markup, and reports write them ("[below Local]",
+    # "quickstart [partition.k=3]", "hdcfl [mix=0.0]"), which would vanish unescaped.
     rendered = []
     for table in tables:
-        rich_table = Table(title=table.title, caption=table.note or None)
+        rich_table = Table(title=escape(table.title), caption=escape(table.note) if table.note else None)
         for column in table.header:
-            rich_table.add_column(column, justify="left" if column == "Method" else "right")
+            rich_table.add_column(escape(column), justify="left" if column == "Method" else "right")
         for row in table.rows:
-            rich_table.add_row(*[f"[bold]{c.value}[/]" if c.mark == "best" else f"[underline]{c.value}[/]" if c.mark == "second" else c.value for c in row])
+            rich_table.add_row(*[f"[bold]{escape(c.value)}[/]" if c.mark == "best" else f"[underline]{escape(c.value)}[/]" if c.mark == "second" else escape(c.value) for c in row])
         rendered.append(rich_table)
     return rendered

@@ -182,3 +182,8 @@ def test_replays_of_runs_in_a_column_named_by_its_keys_find_their_base():
     assert table.title.startswith("rot [protocol.optimizer.lr=0.1]: server-side variants")
     assert [row[0].value for row in table.rows] == ["as run", "mix-0"]
     assert table.rows[1][-2].value == "-10.00 / -10.00"
+
+
+def test_the_terminal_tables_keep_the_square_brackets_of_names_and_flags(runs):
+    text = hdcfl_ray.report([runs["hdcfl"], runs["hdcfl_mix0"]], format="table")
+    assert "hdcfl [mix=0.0]" in text  # rich markup would have taken "[mix=0.0]" for a style
