@@ -132,6 +132,16 @@ def validate(
         f"({dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images, {dataset.num_classes} classes), "
         f"{scenario.partition.num_clients} clients ({scenario.partition.kind}), {scenario.protocol.rounds} rounds."
     )
+    if prepared.auto_plan is not None:  # what choosing the auto knobs will run (nothing runs here)
+        from hdcfl_ray.auto_knobs.cache import cached_choice
+
+        entry, cached = cached_choice(scenario, prepared.auto_plan)
+        for line in prepared.auto_plan.describe():
+            print(f"  {line}")
+        if cached is not None:
+            print(f"  chosen before for this setting and seed: {', '.join(f'{knob.key} = {knob.chosen:g}' for knob in cached.knobs)} ({entry})")
+        else:
+            print(f"  {prepared.auto_plan.candidate_runs} candidate run(s) before the run, kept in {entry}")
 
 
 @app.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import mean, stdev
+from typing import Any
 
 from analysis.participation_split import participation_split
 from analysis.run_traffic import run_traffic
@@ -51,6 +52,8 @@ class RunMetrics:
     values: dict[str, float]  # fractions (accuracies, gap), ARI as is; NaN when absent
     # what produced the run (analysis/provenance.py): commit, CPU/GPU model, torch and Ray versions
     provenance: dict[str, str] = field(default_factory=dict)
+    # the values the run chose for its `auto` knobs (its manifest's auto_knobs), or None
+    auto_knobs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)
-        records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest)))
+        records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs")))
     return records
 
 

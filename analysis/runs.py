@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER
 from hdcfl_ray.logs.table_writer import read_table
 
 
@@ -115,7 +116,9 @@ def find_run_dirs(paths: list[str | Path]) -> list[Path]:
         if (path / "scenario.yaml").is_file():
             found.append(path)
         elif path.is_dir():
-            found.extend(sorted(p.parent for p in path.rglob("scenario.yaml")))
+            # the candidate runs an `auto` knob was chosen with are evidence, not runs of the setting:
+            # found only when their folder is named (hdcfl_ray/auto_knobs/cache.py)
+            found.extend(sorted(p.parent for p in path.rglob("scenario.yaml") if CACHE_FOLDER not in p.relative_to(path).parts))
     return sorted(set(found))
 
 

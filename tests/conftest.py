@@ -37,15 +37,45 @@ def ray_session() -> Iterator[None]:
         ray.shutdown()
 
 
+# The knobs a run would otherwise choose for itself (`auto`, the schema's default: a grid
+# of candidate runs before each run), pinned at the values they had before `auto` existed,
+# so the suite's runs keep their bits and their time. A test of `auto` sets it explicitly
+# and is marked `auto_knobs` (the fixture below refuses to choose knobs in any other test).
+PINNED_AUTO_KNOBS: dict[str, dict[str, Any]] = {
+    "fedce": {"clusters": 4, "temperature": 4.0},
+    "fedprox": {"mu": 0.01},
+    "fedsoft": {"centers": 3, "proximal": 0.01},
+    "ifca": {"clusters": 4},
+    "pacfl": {"threshold": 1.5},
+}
+
 # Every method's section for a small federation of two planted groups (a few clients
 # per group, a round or two): the counts and thresholds that let each one form groups.
 SMALL_FEDERATION_METHODS: dict[str, Any] = {
     "hdcfl": {"groups": 2, "activation_round": 1, "refresh_every": 1},
-    "fedce": {"clusters": 2},
-    "fedsoft": {"centers": 2, "selection": 3},
+    "fedce": {**PINNED_AUTO_KNOBS["fedce"], "clusters": 2},
+    "fedprox": PINNED_AUTO_KNOBS["fedprox"],
+    "fedsoft": {**PINNED_AUTO_KNOBS["fedsoft"], "centers": 2, "selection": 3},
     "ifca": {"clusters": 2},
     "pacfl": {"proximity": "elementwise", "threshold": 8.5, "threshold_unit": "degrees"},
 }
+
+
+@pytest.fixture(autouse=True)
+def _no_unasked_auto_knobs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that would choose `auto` knobs (candidate runs, minutes) fails at once unless the
+    test is marked `auto_knobs`: every other test pins them (PINNED_AUTO_KNOBS)."""
+    if request.node.get_closest_marker("auto_knobs") is not None:
+        return
+    import hdcfl_ray.auto_knobs.choose as choose
+
+    def refuse(prepared: Any, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(
+            f"this test's run would choose its auto knobs ({', '.join(knob.key for knob in prepared.auto_plan.knobs)}): "
+            "pin them (tests/conftest.py PINNED_AUTO_KNOBS) or mark the test auto_knobs"
+        )
+
+    monkeypatch.setattr(choose, "choose_auto_knobs", refuse)
 
 
 def tiny_scenario(**sections: Any) -> dict[str, Any]:
@@ -65,6 +95,10 @@ def tiny_scenario(**sections: Any) -> dict[str, Any]:
             scenario[key] = {**scenario[key], **value}
         else:
             scenario[key] = value
+    algorithm = scenario.get("algorithm")
+    if isinstance(algorithm, dict):  # keys a test leaves out keep their pinned value, never `auto`
+        for method, pinned in PINNED_AUTO_KNOBS.items():
+            algorithm[method] = {**pinned, **(algorithm.get(method) or {})}
     return scenario
 
 

@@ -64,7 +64,7 @@ included. Measurements and the designs this one replaced: docs/baselines.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -72,16 +72,24 @@ from pydantic import Field
 from hdcfl_ray.algorithms.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
 
 class FedCEParams(Section):
     """The soft EM mixture of S components per client (a reconstruction; docs/baselines.md)."""
 
-    clusters: int = Field(4, ge=1, description="S mixture components")
+    clusters: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto",
+        description="S mixture components; auto = chosen before the run on held-out training images among 2, 4 "
+        "(at temperature 4 when that is auto too) (docs/calibration.md)",
+    )
     smoothing: float = Field(1.0e-4, ge=0.0, le=1.0, description="sigma: floor on each mixing weight pi_{k,s}")
     min_share: float = Field(0.05, ge=0.0, le=1.0, description="a component explaining less than this share of a client's data is not trained by it")
-    temperature: float = Field(4.0, ge=1.0, description="T: the training weights use p_s(y|x)^(1/T) (1 = plain EM); the membership pi_k is untempered")
+    temperature: Annotated[float, Field(ge=1.0)] | Literal["auto"] = Field(
+        "auto",
+        description="T: the training weights use p_s(y|x)^(1/T) (1 = plain EM); the membership pi_k is untempered; "
+        "auto = chosen before the run on held-out training images among 1, 2, 4, after clusters (docs/calibration.md)",
+    )
     ensemble: Literal["output", "parameter"] = Field("output", description="the test-time ensemble averages the components' outputs or their parameters")
 
 
@@ -318,4 +326,6 @@ METHOD = MethodSpec(
     params=FedCEParams,
     build=lambda params, run: FedCE(params, run),
     extra_models="clusters",
+    # as docs/calibration.md chose them by hand: S first (at T = 4), then T at the chosen S
+    auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),
 )

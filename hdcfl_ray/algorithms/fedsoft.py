@@ -43,7 +43,7 @@ Choices made here, each documented where it acts:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
 from pydantic import Field
@@ -54,17 +54,25 @@ from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 from hdcfl_ray.errors import ScenarioError
 
 
 class FedSoftParams(Section):
     """S soft cluster centres and a proximal pull of each personal model (docs/baselines.md, FedSoft)."""
 
-    centers: int = Field(3, ge=1, description="S cluster centres")
+    centers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto",
+        description="S cluster centres; auto = chosen before the run on held-out training images among 2, 4, 10, "
+        "after proximal (docs/calibration.md)",
+    )
     # data-dependent: set per setting with `hdcfl-ray calibrate` on held-out validation data
     # (docs/calibration.md); lr and momentum scale the pull and the data gradient alike
-    proximal: float = Field(0.01, ge=0.0, description="lambda of the proximal pull towards the centres")
+    proximal: Annotated[float, Field(ge=0.0)] | Literal["auto"] = Field(
+        "auto",
+        description="lambda of the proximal pull towards the centres; auto = chosen before the run on held-out "
+        "training images among 0.001, 0.01, 0.1 (at 3 centres when centers is auto too) (docs/calibration.md)",
+    )
     importance_every: int = Field(2, ge=1, description="tau: rounds between importance estimates")
     smoothing: float = Field(1.0e-4, ge=0.0, description="sigma: floor on the importance counts")
     selection: int = Field(20, ge=1, description="K_sel clients per centre (selection_mode: select)")
@@ -270,4 +278,6 @@ METHOD = MethodSpec(
     params=FedSoftParams,
     build=lambda params, run: FedSoft(params, run),
     extra_models="centers",
+    # as docs/calibration.md chose them by hand: lambda first (at 3 centres), then the centres at the chosen lambda
+    auto_knobs=(AutoKnob("proximal", (0.001, 0.01, 0.1)), AutoKnob("centers", (2, 4, 10), placeholder=3, counts_models=True)),
 )

@@ -17,7 +17,7 @@ its own data, trains it, and the server averages within clusters
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -35,13 +35,15 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
 
 class IFCAParams(Section):
     """S cluster models; each client trains the one with the lowest loss (docs/baselines.md, IFCA)."""
 
-    clusters: int = Field(4, ge=1, description="S cluster models")
+    clusters: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto", description="S cluster models; auto = chosen before the run on held-out training images among 2, 4, 10 (docs/calibration.md)"
+    )
     assignment_samples: int = Field(512, ge=1, description="at most this many local training samples score the cluster models")
 
 
@@ -157,4 +159,5 @@ METHOD = MethodSpec(
     params=IFCAParams,
     build=lambda params, run: IFCA(params, run),
     extra_models="clusters",
+    auto_knobs=(AutoKnob("clusters", (2, 4, 10), counts_models=True),),
 )

@@ -283,9 +283,16 @@ def check_model_memory(model: ModelConfig, in_channels: int, algorithm: Algorith
     # (cluster models, centres), declared by the method (MethodSpec.extra_models)
     from hdcfl_ray.algorithms.registry import method_spec
     from hdcfl_ray.config.schema import method_params
+    from hdcfl_ray.contract import AUTO
 
-    section, field = algorithm.name, method_spec(algorithm.name).extra_models
-    extra_models = int(getattr(method_params(algorithm), field)) if field else 0
+    spec = method_spec(algorithm.name)
+    section, field = algorithm.name, spec.extra_models
+    count = getattr(method_params(algorithm), field) if field else 0
+    if count == AUTO:  # chosen when the run starts: count the most its candidates keep
+        from hdcfl_ray.auto_knobs.plan import largest_candidate
+
+        count = largest_candidate(spec, method_params(algorithm), field)
+    extra_models = int(count)
     extra_models_key = f"algorithm.{section}.{field}"
     memory = machine_memory_bytes()
     if memory is None:

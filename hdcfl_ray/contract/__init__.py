@@ -7,7 +7,7 @@ Ray nor torch. A method imports what it needs from here:
 """
 
 from hdcfl_ray.contract.context import ClientContext, ModelParts, TrainingSettings
-from hdcfl_ray.contract.method import ASYNC_HOOKS, AsyncHooks, ExportHooks, Method, MethodSpec, NoParams, RunInfo, asks_for_probes, never_probes
+from hdcfl_ray.contract.method import ASYNC_HOOKS, AUTO, AsyncHooks, AutoKnob, ExportHooks, Method, MethodSpec, NoParams, RunInfo, asks_for_probes, never_probes
 from hdcfl_ray.contract.optimizer import OptimizerConfig
 from hdcfl_ray.contract.regularisers import ProximalPull
 from hdcfl_ray.contract.section import Section
@@ -26,6 +26,8 @@ from hdcfl_ray.contract.values import (
 
 __all__ = [
     "ASYNC_HOOKS",
+    "AUTO",
+    "AutoKnob",
     "asks_for_probes",
     "never_probes",
     "AsyncHooks",

@@ -124,6 +124,33 @@ class NoParams(Section):
 
 ParamsT = TypeVar("ParamsT", bound=Section)
 
+# The value of a knob that a run chooses for itself before it starts (AutoKnob).
+AUTO = "auto"
+AutoValue = float | int
+
+
+@dataclass(frozen=True)
+class AutoKnob(Generic[ParamsT]):
+    """A data-dependent knob of a method that a run may choose for itself: when the
+    method's section says `<key>: auto`, the run first trains a shortened run per
+    value of `grid` on images each client holds out of its training data, keeps the
+    value with the highest mean accuracy on them and runs with it
+    (docs/calibration.md, "auto"). The section's field accepts the value `auto`."""
+
+    key: str  # the field of the method's params section, e.g. "threshold"
+    # the candidates, smallest first (a tie goes to the first); a function of the
+    # section when its other keys change them (a unit)
+    grid: tuple[AutoValue, ...] | Callable[[ParamsT], tuple[AutoValue, ...]]
+    # the value the knob takes while another of the method's auto knobs is chosen before
+    # it (needed by every knob but the first)
+    placeholder: AutoValue | None = None
+    # the value counts full models (clusters, centres): values above partition.num_clients
+    # are skipped, more models than clients
+    counts_models: bool = False
+
+    def candidates(self, params: ParamsT) -> tuple[AutoValue, ...]:
+        return tuple(self.grid(params) if callable(self.grid) else self.grid)
+
 
 @dataclass(frozen=True)
 class MethodSpec(Generic[ParamsT]):
@@ -139,9 +166,18 @@ class MethodSpec(Generic[ParamsT]):
     # the parameter that counts the full models the method keeps besides the shared one
     # (cluster models, centres): the memory check counts them before the method is built
     extra_models: str | None = None
+    # the knobs whose value `auto` the run chooses itself, in the order they are chosen
+    # (each with the ones before it at their chosen values, the ones after at their placeholder)
+    auto_knobs: tuple[AutoKnob[ParamsT], ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":
             raise ValueError(f"method name {self.name!r}: use lower-case letters, digits and _ (it is a YAML key)")
         if not (isinstance(self.params, type) and issubclass(self.params, Section)):
             raise TypeError(f"method {self.name!r}: params must be a Section subclass, got {self.params!r}")
+        keys = [knob.key for knob in self.auto_knobs]
+        unknown = [key for key in keys if key not in self.params.model_fields]
+        if unknown or len(set(keys)) != len(keys):
+            raise ValueError(f"method {self.name!r}: auto_knobs {keys} must name distinct fields of {self.params.__name__}")
+        if any(knob.placeholder is None for knob in self.auto_knobs[1:]):
+            raise ValueError(f"method {self.name!r}: every auto knob after the first needs a placeholder")

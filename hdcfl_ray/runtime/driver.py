@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import numpy as np
 from hdcfl_ray.algorithms.registry import method_names, supports_async
+from hdcfl_ray.auto_knobs.record import RECORD_KEY
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
@@ -34,6 +35,8 @@ from hdcfl_ray.runtime.backends.local_backend import LocalBackend
 from hdcfl_ray.runtime.interrupts import raise_if_received, received
 
 if TYPE_CHECKING:
+    from hdcfl_ray.auto_knobs.plan import AutoPlan
+    from hdcfl_ray.auto_knobs.record import AutoKnobsRecord
     from hdcfl_ray.runtime.backends.ray_backend import RayBackend
 
 
@@ -53,6 +56,19 @@ class PreparedRun:
     # what the run does differently from what the scenario may suggest (a capped value,
     # clients a trace leaves out): printed by the CLI, never an error
     notices: tuple[str, ...] = ()
+    # the method's knobs set to `auto` (hdcfl_ray/auto_knobs): what choosing them runs;
+    # once chosen, `scenario` holds the chosen values, `written` the scenario as written
+    # and `auto_knobs` the record of the choice
+    auto_plan: AutoPlan | None = None
+    written: Scenario | None = None
+    auto_knobs: AutoKnobsRecord | None = None
+
+    @property
+    def as_written(self) -> Scenario:
+        """The scenario as the user wrote it, `auto` kept: what the run folder's
+        scenario.yaml, the manifest and the checkpoints record, and what a rerun or a
+        resume is compared with."""
+        return self.written if self.written is not None else self.scenario
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     """Everything that can fail because of the user's input, before a run directory
     exists or Ray starts (`validate` is this function).
     `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
+    from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
     from hdcfl_ray.config.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.data.partitions.checks import test_size_notices
     from hdcfl_ray.models.pretrained import check_pretrained
@@ -83,8 +100,10 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )
     check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
+    plan = auto_plan(scenario)  # the knobs set to `auto`, chosen when the run starts (hdcfl_ray/auto_knobs)
     try:
-        build_algorithm(scenario)  # a method may refuse its settings here (exit 2, before anything starts)
+        # a method may refuse its settings here (exit 2, before anything starts); auto knobs stand at a value they may take
+        build_algorithm(scenario if plan is None else with_values(scenario, stand_ins(scenario)))
     except ValueError as exc:
         raise ScenarioError(str(exc)) from exc
     if scenario.protocol.mode == "async" and not supports_async(scenario.algorithm.name):
@@ -107,7 +126,10 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     except ValueError as exc:
         raise ScenarioError(f"partition: {exc}") from exc
     notices += test_size_notices(scenario.partition, partition)
-    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices))
+    if plan is not None:
+        check_validation_split(scenario, plan, dataset)
+        notices += [f"{knob.key}: auto cannot use {value:g} ({why})" for knob in plan.knobs for value, why in knob.skipped]
+    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan)
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -141,6 +163,8 @@ def resumable_run(run_dir: Path, overrides: list[str] | None = None) -> Scenario
 
 
 SCENARIO_RECORD = "scenario_resolved"  # manifest.json and checkpoint state.json: the scenario the run started with
+# manifest.json and checkpoint state.json: the values the run chose for its auto knobs
+AUTO_KNOBS_RECORD = RECORD_KEY
 
 
 def scenario_record(scenario: Scenario) -> dict[str, Any]:
@@ -261,9 +285,14 @@ def _new_run_dir(scenario: Scenario, run_dir: Path, resume: bool) -> Iterator[No
             raise
 
 
-def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None, resume: bool = False) -> RunSummary:
+def run_simulation(
+    prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None, resume: bool = False, auto_knobs_dir: Path | None = None
+) -> RunSummary:
     """Run a scenario into `run_dir`; with `resume`, continue the run already there
-    from its last checkpoint (rows written after it are replaced, never duplicated)."""
+    from its last checkpoint (rows written after it are replaced, never duplicated).
+    Knobs set to `auto` are chosen first, before the run folder exists, or read from
+    `auto_knobs_dir` (default <output.dir>/auto-knobs) where this setting and seed
+    chose them before; a resume applies the choice its run recorded."""
     scenario = prepared.scenario
     if scenario.output.trackers:  # TensorBoard, MLflow, W&B also receive every round (hdcfl_ray/trackers)
         from hdcfl_ray.trackers import with_trackers
@@ -279,6 +308,8 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
             run_dir, scenario, read_manifest(run_dir), checkpoint.found.document if checkpoint.found is not None else None
         )
         _report_damaged_checkpoints(checkpoint, observer)
+    if prepared.auto_plan is not None:  # choose them; `scenario` stays as written, as the run folder records it
+        prepared = _with_auto_choices(prepared, run_dir, observer, checkpoint, auto_knobs_dir)
     if choose_backend(scenario.runtime) == "local":
         with _new_run_dir(scenario, run_dir, resume):
             summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
@@ -298,6 +329,34 @@ def run_simulation(prepared: PreparedRun, run_dir: Path, observer: RunObserver |
     if observer is not None:
         observer.on_finish(summary)
     return summary
+
+
+def _with_auto_choices(
+    prepared: PreparedRun, run_dir: Path, observer: RunObserver | None, checkpoint: CheckpointSearch | None, root: Path | None
+) -> PreparedRun:
+    """`prepared` with its auto knobs at their chosen values: chosen now (or read from
+    the cache), or on a resume the values the run recorded when it started."""
+    from dataclasses import replace
+
+    from hdcfl_ray.auto_knobs.cache import default_root
+    from hdcfl_ray.auto_knobs.choose import choose_auto_knobs
+    from hdcfl_ray.auto_knobs.plan import with_values
+    from hdcfl_ray.auto_knobs.record import recorded_choice
+
+    assert prepared.auto_plan is not None
+    if checkpoint is not None:
+        found = checkpoint.found.document if checkpoint.found is not None else None
+        record = recorded_choice(prepared.auto_plan, run_dir, read_manifest(run_dir), found)
+    else:
+        notify = getattr(observer, "on_notice", None) or (lambda text: None)
+        record = choose_auto_knobs(prepared, prepared.auto_plan, root or default_root(prepared.scenario), notify)
+    return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.scenario, auto_knobs=record)
+
+
+def _auto_knobs_record(prepared: PreparedRun) -> dict[str, Any]:
+    """The choice of the run's auto knobs as a checkpoint records it ({} without any),
+    so a resume whose manifest was lost still applies it."""
+    return {} if prepared.auto_knobs is None else {AUTO_KNOBS_RECORD: prepared.auto_knobs.as_dict()}
 
 
 def _kept_parts_check(run_dir: Path) -> Callable[[Checkpoint], DamagedCheckpoint | None]:
@@ -358,8 +417,10 @@ def _run_with(
             "dataset": _dataset_facts(prepared),
             "initialisation": initialisation_facts(prepared.scenario),  # seeded, or which pretrained file
             "evaluation": _evaluation_facts(prepared),
-            **scenario_record(prepared.scenario),  # what --resume compares the scenario on disk with
+            **scenario_record(prepared.as_written),  # what --resume compares the scenario on disk with
         }
+        if prepared.auto_knobs is not None:  # the values `auto` knobs got, how, and at what cost
+            extra[AUTO_KNOBS_RECORD] = prepared.auto_knobs.as_dict()
         if resume:
             extra["manifest_rewritten_at_resume"] = datetime.now().isoformat(timespec="seconds")
         write_manifest(run_dir, seed=prepared.scenario.seed, scenario_name=prepared.scenario.name, extra=extra)
@@ -456,7 +517,7 @@ def _run_rounds(
                     "elapsed_s": time.perf_counter() - started,
                 },
                 fetch=backend.fetch,
-                record={**scenario_record(scenario), "tables": writer.parts_up_to(round_index)},
+                record={**scenario_record(prepared.as_written), **_auto_knobs_record(prepared), "tables": writer.parts_up_to(round_index)},
             )
         if observer is not None:
             observer.on_round(round_row, refresh_row, list(report.events))

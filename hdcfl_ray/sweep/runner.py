@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources import load_dataset
@@ -113,7 +114,9 @@ def run_sweep(
                 on_progress(run.key, "resuming" if resume else "started")
             try:
                 observer = observer_for(run.key) if observer_for is not None else QuietObserver()
-                run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, observer, resume=resume)
+                # the sweep's runs of one setting, method and seed share one choice of their auto knobs
+                auto_knobs_dir = out / CACHE_FOLDER
+                run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, observer, resume=resume, auto_knobs_dir=auto_knobs_dir)
             except Exception as error:  # one failed run must not stop the sweep
                 if received() is not None:  # its Ray stopped by a stop signal: the run is marked interrupted
                     return run.key

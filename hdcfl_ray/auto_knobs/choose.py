@@ -1,0 +1,134 @@
+"""Choosing a run's auto knobs: knob after knob in the method's order, one shortened,
+validation-scored candidate run per value (plan.py), the value the rule picks
+(selection.py) kept, the choice written to the cache (cache.py) for the next run of
+the same setting and seed. The candidates run through the driver like any run,
+reusing the run's loaded dataset, into folders of the cache entry."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_choice, write_choice
+from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario
+from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice
+from hdcfl_ray.auto_knobs.selection import RULE, choose
+from hdcfl_ray.contract.method import AutoValue
+from hdcfl_ray.errors import ScenarioError
+
+Notify = Callable[[str], None]
+
+
+def choose_auto_knobs(prepared: Any, plan: AutoPlan, root: Path, notify: Notify) -> AutoKnobsRecord:
+    """The choice for `prepared` (a driver.PreparedRun whose scenario is as written):
+    from the cache when it holds one, else made now and cached."""
+    scenario = prepared.scenario
+    key = cache_key(scenario, plan)
+    entry = entry_dir(root, key)
+    cached = read_choice(entry, key)
+    if cached is None:
+        with entry_lock(entry):
+            cached = read_choice(entry, key)  # made by another run while this one waited
+            if cached is None:
+                record = _choose(prepared, plan, entry, notify)
+                write_choice(entry, key, record)
+                return record
+    record = cached.from_the_cache()
+    chosen = ", ".join(f"{knob.key} = {knob.chosen:g}" for knob in record.knobs)
+    notify(f"auto: {chosen}, chosen earlier for this setting and seed ({entry / 'choice.json'}; delete it to choose again)")
+    return record
+
+
+def _choose(prepared: Any, plan: AutoPlan, entry: Path, notify: Notify) -> AutoKnobsRecord:
+    started = time.perf_counter()
+    chosen: dict[str, AutoValue] = {}
+    knobs: list[KnobChoice] = []
+    for index, knob in enumerate(plan.knobs):
+        # the knobs chosen before this one at their choice, those after it at their placeholder
+        held = {**chosen, **{later.field: later.placeholder for later in plan.knobs[index + 1 :]}}
+        knobs.append(_choose_knob(prepared, plan, knob, held, entry, notify))
+        chosen[knob.field] = knobs[-1].chosen
+    elapsed = time.perf_counter() - started
+    record = AutoKnobsRecord(
+        method=plan.method,
+        rule=RULE,
+        rounds=plan.rounds,
+        full_rounds=plan.full_rounds,
+        validation_fraction=plan.validation_fraction,
+        knobs=tuple(knobs),
+        cache=str(entry),
+        from_cache=False,
+        elapsed_s=round(elapsed, 3),
+    )
+    notify(f"auto: chose {', '.join(f'{knob.key} = {knob.chosen:g}' for knob in knobs)} in {elapsed:.0f} s "
+           f"({record.samples_trained:,} samples trained); the run starts now")
+    return record
+
+
+def _choose_knob(prepared: Any, plan: AutoPlan, knob: KnobPlan, held: dict[str, Any], entry: Path, notify: Notify) -> KnobChoice:
+    shown_held = f" (with {', '.join(f'{field} {value:g}' for field, value in held.items())})" if held else ""
+    notify(
+        f"{knob.key}: auto: choosing among {', '.join(f'{value:g}' for value in knob.candidates)}{shown_held}: "
+        f"{len(knob.candidates)} runs of {plan.rounds} rounds, scored on {plan.validation_fraction:g} of each client's "
+        "training images held out"
+    )
+    candidates = []
+    for position, value in enumerate(knob.candidates, start=1):
+        started = time.perf_counter()
+        candidate = run_candidate(prepared, plan, held, knob.field, value, entry / f"{knob.field}-{value:g}")
+        candidates.append(candidate)
+        score = candidate.validation_mean_accuracy
+        notify(
+            f"{knob.key} = {value:g} ({position}/{len(knob.candidates)}): validation mean "
+            f"{'-' if math.isnan(score) else f'{100 * score:.2f}%'} ({time.perf_counter() - started:.0f} s)"
+        )
+    value = choose([(candidate.value, candidate.validation_mean_accuracy) for candidate in candidates])
+    if value is None:
+        raise RuntimeError(f"{knob.key}: auto: no candidate run ended with a score (see {entry}); give the knob a value")
+    return KnobChoice(
+        key=knob.key,
+        grid=knob.candidates,
+        skipped={f"{value:g}": why for value, why in knob.skipped},
+        held={f"algorithm.{plan.method}.{field}": held_value for field, held_value in held.items()},
+        candidates=tuple(candidates),
+        chosen=value,
+    )
+
+
+def run_candidate(prepared: Any, plan: AutoPlan, held: dict[str, Any], field: str, value: AutoValue, run_dir: Path) -> Candidate:
+    """The run of `field` = `value` (the other auto knobs `held`) into `run_dir` (a
+    completed one already there for the same scenario, left by an interrupted choice,
+    is reused), and its score and cost."""
+    from hdcfl_ray.logs.manifest import read_manifest
+    from hdcfl_ray.logs.table_writer import read_table
+    from hdcfl_ray.runtime.driver import SCENARIO_RECORD, prepare_run, run_simulation, scenario_record
+
+    scenario = candidate_scenario(prepared.scenario, plan, {**held, field: value})
+    try:
+        manifest = read_manifest(run_dir)
+    except ScenarioError:  # damaged: the candidate runs again
+        manifest = None
+    reusable = (
+        manifest is not None
+        and manifest.get("status") == "completed"
+        and manifest.get(SCENARIO_RECORD) == scenario_record(scenario)[SCENARIO_RECORD]
+    )
+    if not reusable:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished candidate: checkpoints are off, so it starts again
+        run_simulation(prepare_run(scenario, prepared.dataset), run_dir)
+    rows = read_table(run_dir, "rounds").to_pylist()
+    evaluated = [row for row in rows if row.get("evaluated")]
+    final = max(evaluated, key=lambda row: row["round"]) if evaluated else {}
+    score = final.get("mean_accuracy")
+    samples = sum(int(row.get("samples_trained") or 0) + int(row.get("eval_samples_trained") or 0) for row in rows)
+    return Candidate(
+        value=value,
+        validation_mean_accuracy=float(score) if isinstance(score, (int, float)) else math.nan,
+        samples_trained=samples,
+        run_dir=str(run_dir),
+    )

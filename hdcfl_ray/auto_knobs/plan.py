@@ -1,0 +1,194 @@
+"""What choosing a run's `auto` knobs will do, before anything trains: which knobs
+of the running method are `auto`, the values each may take, the shortened schedule
+of the candidate runs and the scenario of each candidate.
+
+The schedule: a candidate runs `max(3, ceil(0.4 x protocol.rounds))` rounds (all of
+them when the run has fewer), long enough for clusters to form and the values to
+separate, short enough that a grid of them costs a few runs, and holds out a fifth
+of each client's training images, per class (`partition.validation_fraction: 0.2`,
+the `hdcfl-ray calibrate` default; a run that already holds out a share keeps its
+own), which it is scored on: the test split is never read."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hdcfl_ray.config.schema import Scenario, method_params
+from hdcfl_ray.contract import AUTO, AutoKnob, MethodSpec
+from hdcfl_ray.contract.method import AutoValue
+from hdcfl_ray.errors import ScenarioError
+
+ROUNDS_SHARE = 0.4  # of protocol.rounds, rounded up
+MIN_ROUNDS = 3  # fewer leaves the clustered methods no round after forming their groups
+VALIDATION_FRACTION = 0.2  # hdcfl-ray calibrate's default (hdcfl_ray/sweep/calibration.py)
+
+
+@dataclass(frozen=True)
+class KnobPlan:
+    key: str  # the dotted scenario key, e.g. algorithm.pacfl.threshold
+    field: str  # the key inside the method's section, e.g. threshold
+    candidates: tuple[AutoValue, ...]  # the grid's values this run can use, in the grid's order
+    skipped: tuple[tuple[AutoValue, str], ...]  # (value, why) for the grid's values it cannot
+    placeholder: AutoValue | None  # its value while a knob before it is chosen
+
+
+@dataclass(frozen=True)
+class AutoPlan:
+    method: str
+    knobs: tuple[KnobPlan, ...]  # in the order they are chosen
+    rounds: int  # each candidate's rounds
+    full_rounds: int  # the run's own protocol.rounds
+    validation_fraction: float
+
+    @property
+    def candidate_runs(self) -> int:
+        return sum(len(knob.candidates) for knob in self.knobs)
+
+    def describe(self) -> list[str]:
+        """One line per knob, for `hdcfl-ray validate` and the start of a run."""
+        lines = []
+        for knob in self.knobs:
+            values = ", ".join(f"{value:g}" for value in knob.candidates)
+            skipped = f" ({', '.join(f'{value:g}' for value, _ in knob.skipped)} skipped)" if knob.skipped else ""
+            lines.append(
+                f"{knob.key}: auto: chosen before the run among {values}{skipped}, one run of {self.rounds} of "
+                f"{self.full_rounds} rounds per value, scored on {self.validation_fraction:g} of each client's training "
+                "images held out (never the test set)"
+            )
+        return lines
+
+
+def short_rounds(rounds: int) -> int:
+    """The rounds of a candidate run of a run of `rounds` rounds."""
+    return min(rounds, max(MIN_ROUNDS, math.ceil(ROUNDS_SHARE * rounds)))
+
+
+def auto_plan(scenario: Scenario) -> AutoPlan | None:
+    """The plan for the running method's `auto` knobs; None when it has none. A knob
+    none of whose values this run can use is bad input (ScenarioError)."""
+    from hdcfl_ray.algorithms.registry import method_spec
+
+    spec = method_spec(scenario.algorithm.name)
+    params = method_params(scenario.algorithm)
+    declared = [knob for knob in spec.auto_knobs if getattr(params, knob.key) == AUTO]
+    if not declared:
+        return None
+    knobs = tuple(_knob_plan(scenario, spec.name, knob, params) for knob in declared)
+    validation = scenario.partition.validation_fraction
+    return AutoPlan(
+        method=spec.name,
+        knobs=knobs,
+        rounds=short_rounds(scenario.protocol.rounds),
+        full_rounds=scenario.protocol.rounds,
+        validation_fraction=validation if validation is not None else VALIDATION_FRACTION,
+    )
+
+
+def _knob_plan(scenario: Scenario, method: str, knob: AutoKnob, params: Any) -> KnobPlan:
+    key = f"algorithm.{method}.{knob.key}"
+    num_clients = scenario.partition.num_clients
+    usable: list[AutoValue] = []
+    skipped: list[tuple[AutoValue, str]] = []
+    for value in knob.candidates(params):
+        if knob.counts_models and value > num_clients:
+            skipped.append((value, f"{value:g} models for {num_clients} clients"))
+            continue
+        problem = _refused(scenario, {knob.key: value})
+        if problem is not None:
+            skipped.append((value, problem))
+        else:
+            usable.append(value)
+    if not usable:
+        reasons = "; ".join(f"{value:g}: {why}" for value, why in skipped)
+        raise ScenarioError(f"{key}: auto: no value of its grid can run on this scenario ({reasons}); give it a value")
+    return KnobPlan(key, knob.key, tuple(usable), tuple(skipped), knob.placeholder)
+
+
+def _refused(scenario: Scenario, values: dict[str, AutoValue]) -> str | None:
+    """Why the method refuses `values` in this scenario (its check, its build), or None.
+    The method's other auto knobs stand at a value they may take."""
+    from hdcfl_ray.config.methods import build_algorithm
+
+    try:
+        resolved = with_values(scenario, {**stand_ins(scenario), **values})
+        build_algorithm(resolved)
+    except (ScenarioError, ValueError) as error:
+        return str(error).splitlines()[-1].strip()
+    return None
+
+
+def stand_ins(scenario: Scenario) -> dict[str, AutoValue]:
+    """A value for each auto knob of the running method that it may take: its
+    placeholder, else its grid's first value (what the checks that build the method
+    before the choice is made build it with)."""
+    from hdcfl_ray.algorithms.registry import method_spec
+
+    spec = method_spec(scenario.algorithm.name)
+    params = method_params(scenario.algorithm)
+    return {
+        knob.key: knob.placeholder if knob.placeholder is not None else knob.candidates(params)[0]
+        for knob in spec.auto_knobs
+        if getattr(params, knob.key) == AUTO
+    }
+
+
+def largest_candidate(spec: MethodSpec, params: Any, field: str) -> AutoValue:
+    """The largest value of `field`'s grid (the memory check counts the most cluster
+    models a candidate may keep)."""
+    knob = next(knob for knob in spec.auto_knobs if knob.key == field)
+    return max(knob.candidates(params))
+
+
+def with_values(scenario: Scenario, values: dict[str, AutoValue]) -> Scenario:
+    """`scenario` with these keys of the running method's section set (validated as a
+    scenario file would be)."""
+    from hdcfl_ray.config.loading import build_scenario
+
+    raw = scenario.model_dump(mode="json")
+    name = scenario.algorithm.name
+    raw["algorithm"][name] = {**(raw["algorithm"].get(name) or {}), **values}
+    return build_scenario(raw, source=f"algorithm.{name} with {', '.join(f'{key}={value:g}' for key, value in values.items())}")
+
+
+def candidate_scenario(scenario: Scenario, plan: AutoPlan, values: dict[str, AutoValue]) -> Scenario:
+    """The shortened, validation-scored run of `scenario` with the auto knobs at
+    `values`: on the local backend, without checkpoints, refresh caches or trackers
+    (a candidate is evidence for one choice, not a run of its own)."""
+    from hdcfl_ray.config.loading import build_scenario
+
+    resolved = with_values(scenario, values)
+    raw = resolved.model_dump(mode="json")
+    raw["protocol"]["rounds"] = plan.rounds
+    raw["partition"]["validation_fraction"] = plan.validation_fraction
+    raw["runtime"]["backend"] = "local"
+    raw["checkpoint"]["every"] = None
+    raw["output"].update(save_refresh_cache=False, trackers=[], label=None)
+    return build_scenario(raw, source=f"the auto-knob candidate {', '.join(f'{key}={value:g}' for key, value in values.items())}")
+
+
+def check_validation_split(scenario: Scenario, plan: AutoPlan, dataset: Any) -> None:
+    """Stop (ScenarioError) before anything runs when the candidates cannot hold out
+    their share of each client's training images (a client with too few)."""
+    from hdcfl_ray.data.partitions import build_partition
+
+    if scenario.partition.validation_fraction is not None:
+        return  # the run holds out its own share, checked when its partition was built
+    config = scenario.partition.model_copy(update={"validation_fraction": plan.validation_fraction})
+    try:
+        build_partition(config, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed)
+    except (ScenarioError, ValueError) as error:
+        keys = ", ".join(knob.key for knob in plan.knobs)
+        raise ScenarioError(
+            f"{keys}: auto is chosen on {plan.validation_fraction:g} of each client's training images held out, "
+            f"which this partition cannot spare ({error}); give {'it a value' if len(plan.knobs) == 1 else 'them values'}"
+        ) from None
+
+
+def has_auto(scenario: Scenario) -> bool:
+    """Whether the running method's section holds a knob set to `auto`."""
+    from hdcfl_ray.algorithms.registry import method_spec
+
+    params = method_params(scenario.algorithm)
+    return any(getattr(params, knob.key) == AUTO for knob in method_spec(scenario.algorithm.name).auto_knobs)

@@ -1,0 +1,165 @@
+"""What a run records of the auto knobs it chose: the manifest's `auto_knobs` (and
+its checkpoints' record, so `--resume` applies the same values without choosing
+again), the cache's choice file, and what `hdcfl-ray report` shows.
+
+    {"method": "pacfl", "rule": "...", "rounds": 8, "full_rounds": 20, "validation_fraction": 0.2,
+     "from_cache": false, "cache": "runs/auto-knobs/pacfl-seed5-...", "elapsed_s": 81.2, "samples_trained": 123456,
+     "knobs": [{"key": "algorithm.pacfl.threshold", "grid": [0.25, ...], "skipped": {},
+                "held": {}, "chosen": 4.0, "samples_trained": 123456,
+                "candidates": [{"value": 0.25, "validation_mean_accuracy": 0.93, "samples_trained": 15432,
+                                "run_dir": "runs/auto-knobs/pacfl-seed5-.../threshold-0.25"}, ...]}]}
+
+`validation_mean_accuracy` is a fraction (null for a candidate that diverged);
+`samples_trained` counts local training and any training at evaluation, as the
+report's budget does; `held` gives the values the method's other auto knobs had
+while this one was chosen."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hdcfl_ray.contract.method import AutoValue
+
+RECORD_KEY = "auto_knobs"  # in manifest.json and in each checkpoint's state.json
+
+
+@dataclass(frozen=True)
+class Candidate:
+    value: AutoValue
+    validation_mean_accuracy: float  # NaN: the run ended without a score
+    samples_trained: int
+    run_dir: str  # the candidate's run folder, kept as evidence
+
+    def as_dict(self) -> dict[str, Any]:
+        score = self.validation_mean_accuracy
+        return {
+            "value": self.value,
+            "validation_mean_accuracy": None if math.isnan(score) else score,
+            "samples_trained": self.samples_trained,
+            "run_dir": self.run_dir,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Candidate":
+        score = data.get("validation_mean_accuracy")
+        return cls(data["value"], math.nan if score is None else float(score), int(data.get("samples_trained") or 0), str(data.get("run_dir", "")))
+
+
+@dataclass(frozen=True)
+class KnobChoice:
+    key: str  # algorithm.<method>.<field>
+    grid: tuple[AutoValue, ...]  # the values tried, in order
+    skipped: dict[str, str]  # grid values this run could not use, and why
+    held: dict[str, AutoValue]  # the method's other auto knobs while this one was chosen
+    candidates: tuple[Candidate, ...]
+    chosen: AutoValue
+
+    @property
+    def field(self) -> str:
+        return self.key.rsplit(".", 1)[-1]
+
+    @property
+    def samples_trained(self) -> int:
+        return sum(candidate.samples_trained for candidate in self.candidates)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "grid": list(self.grid),
+            "skipped": dict(self.skipped),
+            "held": dict(self.held),
+            "chosen": self.chosen,
+            "samples_trained": self.samples_trained,
+            "candidates": [candidate.as_dict() for candidate in self.candidates],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "KnobChoice":
+        return cls(
+            key=str(data["key"]),
+            grid=tuple(data.get("grid") or ()),
+            skipped=dict(data.get("skipped") or {}),
+            held=dict(data.get("held") or {}),
+            candidates=tuple(Candidate.from_dict(item) for item in data.get("candidates") or ()),
+            chosen=data["chosen"],
+        )
+
+
+@dataclass(frozen=True)
+class AutoKnobsRecord:
+    method: str
+    rule: str
+    rounds: int  # each candidate's rounds
+    full_rounds: int
+    validation_fraction: float
+    knobs: tuple[KnobChoice, ...]
+    cache: str  # the cache entry's folder
+    from_cache: bool  # read from the cache: this run trained no candidate
+    elapsed_s: float  # the choosing's wall time when it was made
+
+    def choices(self) -> dict[str, AutoValue]:
+        """{field: chosen value}: what the run's method section gets."""
+        return {knob.field: knob.chosen for knob in self.knobs}
+
+    @property
+    def samples_trained(self) -> int:
+        return sum(knob.samples_trained for knob in self.knobs)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "rule": self.rule,
+            "rounds": self.rounds,
+            "full_rounds": self.full_rounds,
+            "validation_fraction": self.validation_fraction,
+            "from_cache": self.from_cache,
+            "cache": self.cache,
+            "elapsed_s": self.elapsed_s,
+            "samples_trained": self.samples_trained,
+            "knobs": [knob.as_dict() for knob in self.knobs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AutoKnobsRecord":
+        return cls(
+            method=str(data["method"]),
+            rule=str(data.get("rule", "")),
+            rounds=int(data["rounds"]),
+            full_rounds=int(data["full_rounds"]),
+            validation_fraction=float(data["validation_fraction"]),
+            knobs=tuple(KnobChoice.from_dict(item) for item in data["knobs"]),
+            cache=str(data.get("cache", "")),
+            from_cache=bool(data.get("from_cache", False)),
+            elapsed_s=float(data.get("elapsed_s") or 0.0),
+        )
+
+    def from_the_cache(self) -> "AutoKnobsRecord":
+        """This record as a later run that read it from the cache records it."""
+        from dataclasses import replace
+
+        return replace(self, from_cache=True)
+
+
+def recorded_choice(plan: Any, run_dir: Path, manifest: dict[str, Any] | None, checkpoint: dict[str, Any] | None) -> AutoKnobsRecord:
+    """The choice a run recorded when it started (its manifest's, else its checkpoint's),
+    for `plan`'s knobs: a resume applies it and never chooses again."""
+    from hdcfl_ray.errors import ScenarioError
+
+    keys = ", ".join(knob.key for knob in plan.knobs)
+    for document in (manifest, checkpoint):
+        data = (document or {}).get(RECORD_KEY)
+        if not isinstance(data, dict):
+            continue
+        try:
+            record = AutoKnobsRecord.from_dict(data)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if record.method == plan.method and {knob.field for knob in plan.knobs} <= set(record.choices()):
+            return record
+    raise ScenarioError(
+        f"--resume {run_dir}: {keys} are auto, and neither the manifest nor a checkpoint records the values this run "
+        "chose for them, so its rounds cannot go on with the same ones; start a new run"
+    )
