@@ -111,7 +111,8 @@ def test_an_edit_of_num_cpus_per_actor_that_changes_the_threads_is_named_as_the_
     assert [change.describe() for change in setting_changes(before, after)] == ["runtime.torch_threads: 1 -> 2"]
     assert setting_changes(before, pinned) == []
     gpu = build_scenario(tiny_scenario(runtime={"num_gpus_per_actor": 0.5}))
-    assert [change.key for change in setting_changes(before, gpu)] == ["runtime.num_gpus_per_actor"]
+    # a GPU share moves the host to CUDA, where batched training is on by default: both are named
+    assert [change.key for change in setting_changes(before, gpu)] == ["runtime.batched_training", "runtime.num_gpus_per_actor"]
 
 
 def test_a_safe_edit_resumes_to_the_uninterrupted_tables(stopped, reference):
