@@ -401,9 +401,10 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
     if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in records):
         tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
     optional = (clustered_table(records), participation_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against or "hdcfl"))
-    from analysis.communication import communication_table  # it builds on this module's tables
+    from analysis.auto_knobs_table import auto_knobs_table  # these build on this module's tables
+    from analysis.communication import communication_table
 
-    optional += (communication_table(records),)
+    optional += (communication_table(records), auto_knobs_table(records))
     every = tables + [table for table in optional if table is not None] + variant_tables(records)
     source = provenance_note(record.provenance for record in records if record.provenance)
     for table in every:  # a table copied on its own still says what produced it and what it lacks

@@ -69,9 +69,9 @@ def _no_unasked_auto_knobs(request: pytest.FixtureRequest, monkeypatch: pytest.M
         return
     import hdcfl_ray.auto_knobs.choose as choose
 
-    def refuse(prepared: Any, *args: Any, **kwargs: Any) -> Any:
+    def refuse(scenario: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError(
-            f"this test's run would choose its auto knobs ({', '.join(knob.key for knob in prepared.auto_plan.knobs)}): "
+            f"this test's run would choose its auto knobs ({', '.join(knob.key for knob in plan.knobs)}): "
             "pin them (tests/conftest.py PINNED_AUTO_KNOBS) or mark the test auto_knobs"
         )
 

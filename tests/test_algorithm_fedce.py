@@ -35,7 +35,7 @@ from hdcfl_ray.runtime.client.client_context import HostClientContext, stats_fro
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.client.local_training import client_generator
 from hdcfl_ray.runtime.driver import prepare_run
-from tests.conftest import tiny_scenario
+from tests.conftest import PINNED_AUTO_KNOBS, tiny_scenario
 
 
 def model(value: float, size: int = 4) -> ModelParams:
@@ -269,7 +269,7 @@ def one_thread() -> Iterator[None]:
 
 
 def fedce(**params: Any) -> FedCE:
-    return FedCE(FedCEParams(**params), RunInfo(seed=0, rounds=1))
+    return FedCE(FedCEParams(**{**PINNED_AUTO_KNOBS["fedce"], **params}), RunInfo(seed=0, rounds=1))
 
 
 def headline_accuracy(results: list[EvalResult]) -> np.ndarray:

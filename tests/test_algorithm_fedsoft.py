@@ -29,7 +29,7 @@ from hdcfl_ray.contract import ModelParams, RunInfo, Upload
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
-from tests.conftest import tiny_scenario
+from tests.conftest import PINNED_AUTO_KNOBS, tiny_scenario
 
 
 class RecordingFedSoft(FedSoft):
@@ -193,7 +193,7 @@ def two_community_fedsoft(num_clients=6):
     """FedSoft's server with two centres, clients 0-2 importance-weighted almost
     wholly on centre 0 and 3-5 on centre 1 (sigma floor 1e-4 on the other), and
     client k's model filled with the value k."""
-    algorithm = FedSoft(FedSoftParams(centers=2), RunInfo(seed=0, rounds=3))
+    algorithm = FedSoft(FedSoftParams(**{**PINNED_AUTO_KNOBS["fedsoft"], "centers": 2}), RunInfo(seed=0, rounds=3))
     zero = ModelParams(np.zeros(4, np.float32), np.zeros(2, np.float32))
     state = algorithm.init_server(zero, [zero, zero], num_clients)
     for k in range(num_clients):

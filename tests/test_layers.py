@@ -12,6 +12,7 @@ import networkx as nx
 import pytest
 
 from hdcfl_ray.algorithms.registry import build_method, method_names, method_specs
+from hdcfl_ray.auto_knobs.plan import stand_in_values
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.contract import ASYNC_HOOKS, RunInfo
 from hdcfl_ray.errors import ScenarioError
@@ -84,7 +85,8 @@ def test_every_method_declares_a_described_parameter_section() -> None:
 
 def test_a_method_declared_asynchronous_has_every_async_hook() -> None:
     for name, spec in method_specs().items():
-        method = build_method(name, None, RunInfo(seed=0, rounds=2))
+        params = spec.params()  # its auto knobs at a value they may take: a run chooses them
+        method = build_method(name, params.model_copy(update=stand_in_values(spec, params)), RunInfo(seed=0, rounds=2))
         has_hooks = all(callable(getattr(method, hook, None)) for hook in ASYNC_HOOKS)
         assert has_hooks or not spec.asynchronous, name
 

@@ -13,7 +13,7 @@ import pytest
 from hdcfl_ray.algorithms.registry import builtin_method_specs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hdcfl_ray"
-CORE = ("runtime", "logs", "config", "contract")
+CORE = ("runtime", "logs", "config", "contract", "auto_knobs")
 # "local" is also a backend's name (runtime.backend: local), compared with in the runtime
 METHOD_NAMES = set(builtin_method_specs()) - {"local"}
 # the generic entries into hdcfl_ray/algorithms: the registry of the methods'

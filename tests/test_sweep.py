@@ -112,7 +112,7 @@ def test_a_sweep_whose_ray_cluster_dies_stops_and_stays_resumable(tmp_path, monk
 
     attempted: list[str] = []
 
-    def simulate(prepared, run_dir, observer, resume=False):
+    def simulate(prepared, run_dir, observer, resume=False, auto_knobs_dir=None):
         attempted.append(str(run_dir))
         DyingCluster.cpus_left = 0.0  # e.g. `ray stop` from another terminal
         raise RuntimeError("actor died")
@@ -272,7 +272,7 @@ def _record_runs(monkeypatch):
 
     started: list[tuple[str, bool, bool]] = []
 
-    def simulate(prepared, run_dir, observer, resume=False):
+    def simulate(prepared, run_dir, observer, resume=False, auto_knobs_dir=None):
         started.append((str(run_dir), resume, run_dir.exists() and any(run_dir.iterdir())))
 
     monkeypatch.setattr(runner, "RaySession", _FakeCluster)

@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from hdcfl_ray.contract import ASYNC_HOOKS, Method, MethodSpec, RunInfo, Section
+from hdcfl_ray.contract import ASYNC_HOOKS, AUTO, Method, MethodSpec, RunInfo, Section
 
 
 def method_specs() -> dict[str, MethodSpec]:
@@ -63,7 +63,15 @@ def supports_async(name: str) -> bool:
 def build_method(name: str, params: Section | None, run: RunInfo) -> Method:
     """The method `name` built from its parameters (its `algorithm.<name>` section)."""
     spec = method_spec(name)
-    method = spec.build(params if params is not None else spec.params(), run)
+    params = params if params is not None else spec.params()
+    # a knob set to auto has no value until a run chooses one (hdcfl_ray/auto_knobs)
+    unchosen = [knob.key for knob in spec.auto_knobs if getattr(params, knob.key) == AUTO]
+    if unchosen:
+        raise ValueError(
+            f"{', '.join(f'algorithm.{name}.{key}' for key in unchosen)}: auto is chosen when a run starts "
+            "(hdcfl-ray simulate, hdcfl_ray.simulate, sweeps); give a value to build the method outside a run"
+        )
+    method = spec.build(params, run)
     if spec.asynchronous:
         missing = [hook for hook in ASYNC_HOOKS if not callable(getattr(method, hook, None))]
         if missing:

@@ -1,8 +1,9 @@
 """Choosing a run's auto knobs: knob after knob in the method's order, one shortened,
 validation-scored candidate run per value (plan.py), the value the rule picks
 (selection.py) kept, the choice written to the cache (cache.py) for the next run of
-the same setting and seed. The candidates run through the driver like any run,
-reusing the run's loaded dataset, into folders of the cache entry."""
+the same setting and seed. The candidates run through the driver like any run (it
+passes the `Runner`, which reuses the run's loaded dataset), into folders of the
+cache entry."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_ch
 from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice
 from hdcfl_ray.auto_knobs.selection import RULE, choose
+from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract.method import AutoValue
 from hdcfl_ray.errors import ScenarioError
 
 Notify = Callable[[str], None]
+Runner = Callable[[Scenario, Path], None]  # runs a scenario into a new run folder
 
 
-def choose_auto_knobs(prepared: Any, plan: AutoPlan, root: Path, notify: Notify) -> AutoKnobsRecord:
-    """The choice for `prepared` (a driver.PreparedRun whose scenario is as written):
-    from the cache when it holds one, else made now and cached."""
-    scenario = prepared.scenario
+def choose_auto_knobs(scenario: Scenario, plan: AutoPlan, root: Path, notify: Notify, run: Runner) -> AutoKnobsRecord:
+    """The choice for a run of `scenario` (as written): from the cache when it holds
+    one, else made now, its candidates run by `run`, and cached."""
     key = cache_key(scenario, plan)
     entry = entry_dir(root, key)
     cached = read_choice(entry, key)
@@ -34,7 +36,7 @@ def choose_auto_knobs(prepared: Any, plan: AutoPlan, root: Path, notify: Notify)
         with entry_lock(entry):
             cached = read_choice(entry, key)  # made by another run while this one waited
             if cached is None:
-                record = _choose(prepared, plan, entry, notify)
+                record = _choose(scenario, plan, entry, notify, run)
                 write_choice(entry, key, record)
                 return record
     record = cached.from_the_cache()
@@ -43,14 +45,14 @@ def choose_auto_knobs(prepared: Any, plan: AutoPlan, root: Path, notify: Notify)
     return record
 
 
-def _choose(prepared: Any, plan: AutoPlan, entry: Path, notify: Notify) -> AutoKnobsRecord:
+def _choose(scenario: Scenario, plan: AutoPlan, entry: Path, notify: Notify, run: Runner) -> AutoKnobsRecord:
     started = time.perf_counter()
     chosen: dict[str, AutoValue] = {}
     knobs: list[KnobChoice] = []
     for index, knob in enumerate(plan.knobs):
         # the knobs chosen before this one at their choice, those after it at their placeholder
         held = {**chosen, **{later.field: later.placeholder for later in plan.knobs[index + 1 :]}}
-        knobs.append(_choose_knob(prepared, plan, knob, held, entry, notify))
+        knobs.append(_choose_knob(scenario, plan, knob, held, entry, notify, run))
         chosen[knob.field] = knobs[-1].chosen
     elapsed = time.perf_counter() - started
     record = AutoKnobsRecord(
@@ -69,17 +71,19 @@ def _choose(prepared: Any, plan: AutoPlan, entry: Path, notify: Notify) -> AutoK
     return record
 
 
-def _choose_knob(prepared: Any, plan: AutoPlan, knob: KnobPlan, held: dict[str, Any], entry: Path, notify: Notify) -> KnobChoice:
+def _choose_knob(
+    scenario: Scenario, plan: AutoPlan, knob: KnobPlan, held: dict[str, Any], entry: Path, notify: Notify, run: Runner
+) -> KnobChoice:
     shown_held = f" (with {', '.join(f'{field} {value:g}' for field, value in held.items())})" if held else ""
     notify(
         f"{knob.key}: auto: choosing among {', '.join(f'{value:g}' for value in knob.candidates)}{shown_held}: "
-        f"{len(knob.candidates)} runs of {plan.rounds} rounds, scored on {plan.validation_fraction:g} of each client's "
-        "training images held out"
+        f"{len(knob.candidates)} runs of {plan.rounds} rounds, scored on a {plan.validation_fraction:g} share of each "
+        "client's training images held out"
     )
     candidates = []
     for position, value in enumerate(knob.candidates, start=1):
         started = time.perf_counter()
-        candidate = run_candidate(prepared, plan, held, knob.field, value, entry / f"{knob.field}-{value:g}")
+        candidate = run_candidate(candidate_scenario(scenario, plan, {**held, knob.field: value}), value, entry / f"{knob.field}-{value:g}", run)
         candidates.append(candidate)
         score = candidate.validation_mean_accuracy
         notify(
@@ -99,28 +103,23 @@ def _choose_knob(prepared: Any, plan: AutoPlan, knob: KnobPlan, held: dict[str, 
     )
 
 
-def run_candidate(prepared: Any, plan: AutoPlan, held: dict[str, Any], field: str, value: AutoValue, run_dir: Path) -> Candidate:
-    """The run of `field` = `value` (the other auto knobs `held`) into `run_dir` (a
-    completed one already there for the same scenario, left by an interrupted choice,
-    is reused), and its score and cost."""
+def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runner) -> Candidate:
+    """The candidate run of `scenario` into `run_dir` (a completed one already there for
+    the same scenario, left by an interrupted choice, is reused), and its score and cost."""
+    from hdcfl_ray.config.loading import scenario_to_yaml
     from hdcfl_ray.logs.manifest import read_manifest
     from hdcfl_ray.logs.table_writer import read_table
-    from hdcfl_ray.runtime.driver import SCENARIO_RECORD, prepare_run, run_simulation, scenario_record
 
-    scenario = candidate_scenario(prepared.scenario, plan, {**held, field: value})
     try:
         manifest = read_manifest(run_dir)
-    except ScenarioError:  # damaged: the candidate runs again
-        manifest = None
-    reusable = (
-        manifest is not None
-        and manifest.get("status") == "completed"
-        and manifest.get(SCENARIO_RECORD) == scenario_record(scenario)[SCENARIO_RECORD]
-    )
+        written = (run_dir / "scenario.yaml").read_text(encoding="utf-8") if manifest is not None else None
+    except (ScenarioError, OSError):  # damaged: the candidate runs again
+        manifest, written = None, None
+    reusable = manifest is not None and manifest.get("status") == "completed" and written == scenario_to_yaml(scenario)
     if not reusable:
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an unfinished candidate: checkpoints are off, so it starts again
-        run_simulation(prepare_run(scenario, prepared.dataset), run_dir)
+        run(scenario, run_dir)
     rows = read_table(run_dir, "rounds").to_pylist()
     evaluated = [row for row in rows if row.get("evaluated")]
     final = max(evaluated, key=lambda row: row["round"]) if evaluated else {}

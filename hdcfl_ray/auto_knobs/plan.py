@@ -54,7 +54,7 @@ class AutoPlan:
             skipped = f" ({', '.join(f'{value:g}' for value, _ in knob.skipped)} skipped)" if knob.skipped else ""
             lines.append(
                 f"{knob.key}: auto: chosen before the run among {values}{skipped}, one run of {self.rounds} of "
-                f"{self.full_rounds} rounds per value, scored on {self.validation_fraction:g} of each client's training "
+                f"{self.full_rounds} rounds per value, on a {self.validation_fraction:g} share of each client's training "
                 "images held out (never the test set)"
             )
         return lines
@@ -125,8 +125,11 @@ def stand_ins(scenario: Scenario) -> dict[str, AutoValue]:
     before the choice is made build it with)."""
     from hdcfl_ray.algorithms.registry import method_spec
 
-    spec = method_spec(scenario.algorithm.name)
-    params = method_params(scenario.algorithm)
+    return stand_in_values(method_spec(scenario.algorithm.name), method_params(scenario.algorithm))
+
+
+def stand_in_values(spec: MethodSpec, params: Any) -> dict[str, AutoValue]:
+    """`stand_ins` for a method's section `params`."""
     return {
         knob.key: knob.placeholder if knob.placeholder is not None else knob.candidates(params)[0]
         for knob in spec.auto_knobs

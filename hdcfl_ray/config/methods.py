@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from hdcfl_ray.algorithms.registry import build_method, method_spec
-from hdcfl_ray.config.schema import Scenario, method_params
-from hdcfl_ray.contract import AUTO, Method, RunInfo
+from hdcfl_ray.algorithms.registry import build_method
+from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import Method, RunInfo
 
 
 def build_algorithm(scenario: Scenario) -> Method:
     name = scenario.algorithm.name
-    params = method_params(scenario.algorithm)
-    # a knob set to auto has no value until the run chooses one (run_simulation does)
-    unchosen = [knob.key for knob in method_spec(name).auto_knobs if getattr(params, knob.key) == AUTO]
-    if unchosen:
-        keys = ", ".join(f"algorithm.{name}.{key}" for key in unchosen)
-        raise ValueError(
-            f"{keys}: auto is chosen when a run starts (hdcfl-ray simulate, hdcfl_ray.simulate, sweeps); "
-            "give a value to build the method without a run"
-        )
+    params = getattr(scenario.algorithm, name, None)
     return build_method(name, params, run_info(scenario))
 
 

@@ -349,7 +349,11 @@ def _with_auto_choices(
         record = recorded_choice(prepared.auto_plan, run_dir, read_manifest(run_dir), found)
     else:
         notify = getattr(observer, "on_notice", None) or (lambda text: None)
-        record = choose_auto_knobs(prepared, prepared.auto_plan, root or default_root(prepared.scenario), notify)
+
+        def run_candidate(scenario: Scenario, candidate_dir: Path) -> None:  # quietly, on the dataset already loaded
+            run_simulation(prepare_run(scenario, prepared.dataset), candidate_dir)
+
+        record = choose_auto_knobs(prepared.scenario, prepared.auto_plan, root or default_root(prepared.scenario), notify, run_candidate)
     return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.scenario, auto_knobs=record)
 
 

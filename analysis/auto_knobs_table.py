@@ -1,0 +1,75 @@
+"""The report's table of the knobs runs chose for themselves (`auto`): per run and
+knob, the values tried with their validation scores, the value chosen and what the
+choice cost in samples trained (hdcfl_ray/auto_knobs/record.py says what a run
+records). A run that read its choice from the cache trained no candidate itself:
+its cost is the one run that made the choice, marked as such."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from analysis.final_metrics import RunMetrics
+from analysis.report_tables import ReportTable, Text
+
+
+def _value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def _score(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) or math.isnan(value) else f"{100 * value:.2f}"
+
+
+def _tried(knob: dict[str, Any]) -> str:
+    tried = ", ".join(f"{_value(c.get('value'))}: {_score(c.get('validation_mean_accuracy'))}" for c in knob.get("candidates") or [])
+    skipped = knob.get("skipped") or {}
+    return tried + (f" ({', '.join(skipped)} skipped)" if skipped else "")
+
+
+def _leaf(key: Any) -> str:
+    return str(key).rsplit(".", 1)[-1]
+
+
+def _knob(knob: dict[str, Any]) -> str:
+    """The knob's name and, in brackets, the method's other auto knobs while it was chosen."""
+    held = ", ".join(f"{_leaf(key)} {_value(value)}" for key, value in (knob.get("held") or {}).items())
+    return _leaf(knob.get("key", "")) + (f" (at {held})" if held else "")
+
+
+def auto_knobs_table(records: list[RunMetrics]) -> ReportTable | None:
+    """None when no run chose a knob."""
+    chose = sorted((r for r in records if isinstance(r.auto_knobs, dict)), key=lambda r: (r.setting, r.method, r.seed))
+    if not chose:
+        return None
+    rows = []
+    rules: set[str] = set()
+    schedules: set[str] = set()
+    for record in chose:
+        choice = record.auto_knobs or {}
+        rules.add(str(choice.get("rule", "")))
+        schedules.add(f"{choice.get('rounds')} of {choice.get('full_rounds')} rounds, {_value(choice.get('validation_fraction'))} of each client's training images held out")
+        cached = " (read from the cache: made by an earlier run)" if choice.get("from_cache") else ""
+        for knob in choice.get("knobs") or []:
+            rows.append(
+                [
+                    Text(record.method),
+                    Text(record.setting),
+                    Text(str(record.seed)),
+                    Text(_knob(knob)),
+                    Text(_tried(knob)),
+                    Text(_value(knob.get("chosen")), "best"),
+                    Text(f"{int(knob.get('samples_trained') or 0):,}{cached}"),
+                ]
+            )
+    note = (
+        f"Each value tried is one shortened run ({'; '.join(sorted(schedules))}), scored on the held-out images "
+        f"(validation mean accuracy, %), never on the test set; chosen by: {'; '.join(sorted(rules))}. "
+        "A knob chosen after another is tried at that one's choice (in brackets)."
+    )
+    return ReportTable(
+        title="Knobs the runs chose for themselves (auto)",
+        header=["Method", "Setting", "Seed", "Knob", "Values tried: validation mean (%)", "Chosen", "Samples trained for the choice"],
+        rows=rows,
+        note=note,
+    )
