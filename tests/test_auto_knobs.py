@@ -122,6 +122,23 @@ def test_the_run_trains_with_the_chosen_value(tmp_path: Path) -> None:
     assert auto.clients.select(columns).to_pylist() == pinned.clients.select(columns).to_pylist()
 
 
+def test_a_candidate_whose_run_fails_is_never_chosen(tmp_path: Path) -> None:
+    from hdcfl_ray.auto_knobs.choose import choose_auto_knobs
+
+    scenario = build_scenario(small(tmp_path, "ifca", {"clusters": "auto"}))
+    prepared = prepare_run(scenario)
+
+    def run(candidate: Any, run_dir: Path) -> None:
+        if candidate.algorithm.ifca.clusters == 2:
+            raise RuntimeError("out of memory")
+        run_simulation(prepare_run(candidate, prepared.dataset), run_dir)
+
+    assert prepared.auto_plan is not None
+    (knob,) = choose_auto_knobs(scenario, prepared.auto_plan, tmp_path / "cache", lambda text: None, run).knobs
+    assert knob.chosen == 4 and knob.candidates[0].error == "RuntimeError: out of memory"
+    assert math.isnan(knob.candidates[0].validation_mean_accuracy)
+
+
 def test_the_choice_never_reads_the_test_set(tmp_path: Path) -> None:
     """Test labels scrambled and test images blanked: the same candidates score the same."""
     scores = {}
@@ -238,6 +255,11 @@ def test_the_report_shows_each_choice_its_scores_and_its_cost(tmp_path: Path) ->
         assert f"{candidate['value']:g}: {100 * candidate['validation_mean_accuracy']:.2f}" in first
     assert f"**{temperature['chosen']:g}**" in first and f"{temperature['samples_trained']:,}" in first
     assert sum("read from the cache" in row for row in table_rows) == 2
+    # the candidate runs are evidence: a report of the folders above them leaves them out
+    from analysis.runs import find_run_dirs
+
+    assert find_run_dirs([tmp_path]) == sorted([made.dir, cached.dir])
+    assert len(find_run_dirs([tmp_path / "runs" / CACHE_FOLDER])) == 5  # 2 values of S, 3 of T
 
 
 def test_validate_says_which_knobs_are_auto_and_what_the_choice_will_run(tmp_path: Path, write_scenario) -> None:

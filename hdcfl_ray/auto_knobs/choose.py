@@ -86,10 +86,10 @@ def _choose_knob(
         candidate = run_candidate(candidate_scenario(scenario, plan, {**held, knob.field: value}), value, entry / f"{knob.field}-{value:g}", run)
         candidates.append(candidate)
         score = candidate.validation_mean_accuracy
-        notify(
-            f"{knob.key} = {value:g} ({position}/{len(knob.candidates)}): validation mean "
-            f"{'-' if math.isnan(score) else f'{100 * score:.2f}%'} ({time.perf_counter() - started:.0f} s)"
-        )
+        outcome = f"validation mean {100 * score:.2f}%" if not math.isnan(score) else "no score, not chosen"
+        if candidate.error:
+            outcome = f"failed, not chosen ({candidate.error})"
+        notify(f"{knob.key} = {value:g} ({position}/{len(knob.candidates)}): {outcome} ({time.perf_counter() - started:.0f} s)")
     value = choose([(candidate.value, candidate.validation_mean_accuracy) for candidate in candidates])
     if value is None:
         raise RuntimeError(f"{knob.key}: auto: no candidate run ended with a score (see {entry}); give the knob a value")
@@ -116,13 +116,17 @@ def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runn
     except (ScenarioError, OSError):  # damaged: the candidate runs again
         manifest, written = None, None
     reusable = manifest is not None and manifest.get("status") == "completed" and written == scenario_to_yaml(scenario)
+    error = None
     if not reusable:
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an unfinished candidate: checkpoints are off, so it starts again
-        run(scenario, run_dir)
+        try:
+            run(scenario, run_dir)
+        except Exception as failure:  # a value the run cannot train with is not chosen; the others still compete
+            error = f"{type(failure).__name__}: {failure}"
     rows = read_table(run_dir, "rounds").to_pylist()
     evaluated = [row for row in rows if row.get("evaluated")]
-    final = max(evaluated, key=lambda row: row["round"]) if evaluated else {}
+    final = max(evaluated, key=lambda row: row["round"]) if evaluated and error is None else {}
     score = final.get("mean_accuracy")
     samples = sum(int(row.get("samples_trained") or 0) + int(row.get("eval_samples_trained") or 0) for row in rows)
     return Candidate(
@@ -130,4 +134,5 @@ def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runn
         validation_mean_accuracy=float(score) if isinstance(score, (int, float)) else math.nan,
         samples_trained=samples,
         run_dir=str(run_dir),
+        error=error,
     )

@@ -32,20 +32,25 @@ class Candidate:
     validation_mean_accuracy: float  # NaN: the run ended without a score
     samples_trained: int
     run_dir: str  # the candidate's run folder, kept as evidence
+    error: str | None = None  # why its run failed (it is then never chosen)
 
     def as_dict(self) -> dict[str, Any]:
         score = self.validation_mean_accuracy
-        return {
+        document = {
             "value": self.value,
             "validation_mean_accuracy": None if math.isnan(score) else score,
             "samples_trained": self.samples_trained,
             "run_dir": self.run_dir,
         }
+        return document if self.error is None else {**document, "error": self.error}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Candidate":
         score = data.get("validation_mean_accuracy")
-        return cls(data["value"], math.nan if score is None else float(score), int(data.get("samples_trained") or 0), str(data.get("run_dir", "")))
+        return cls(
+            data["value"], math.nan if score is None else float(score), int(data.get("samples_trained") or 0),
+            str(data.get("run_dir", "")), data.get("error"),
+        )
 
 
 @dataclass(frozen=True)
