@@ -31,6 +31,7 @@ ARITHMETIC_KEYS = (
     "runtime.batched_evaluation",
     "runtime.num_gpus_per_actor",
     "runtime.batched_training",
+    "runtime.portable",  # the instruction sets every process computes with (docs/same-results.md)
 )
 
 

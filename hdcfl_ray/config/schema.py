@@ -528,6 +528,24 @@ class RuntimeConfig(Section):
             raise ValueError("use an integer >= 1 or 'auto'")
         return value
 
+    @model_validator(mode="after")
+    def _portable_arithmetic(self) -> "RuntimeConfig":
+        # a portable run's hosts train with one torch thread (oneDNN sums a convolution's
+        # weight gradient in an order that depends on the count) in float32 (bfloat16
+        # kernels exist on some CPUs only): docs/same-results.md
+        if self.portable and self.torch_threads not in ("auto", 1):
+            raise ValueError(
+                f"runtime.torch_threads: {self.torch_threads} with runtime.portable: true; portable runs train each host with one "
+                "torch thread, whose sums do not depend on the machine's cores: set runtime.torch_threads: 1 (more hosts use "
+                "more cores), or runtime.portable: false"
+            )
+        if self.portable and self.precision in ("bf16", "fp16"):
+            raise ValueError(
+                f"runtime.precision: {self.precision} with runtime.portable: true; portable runs compute in float32 (bfloat16 kernels "
+                "exist on some CPUs only): set runtime.precision: fp32 (or auto), or runtime.portable: false"
+            )
+        return self
+
 
 class OutputConfig(Section):
     dir: str = Field("runs", description="folder that holds each run's directory <name>-<algorithm>-seed<seed>-<time>")

@@ -88,7 +88,10 @@ def swap_matrices_on_ray(prepared, client_ids, heads, encoders, round_index, max
 
     from hdcfl_ray.plugin_shipping import actor_options
 
-    score_chunk = ray.remote(num_cpus=1, num_gpus=prepared.scenario.runtime.num_gpus_per_actor, **actor_options())(_score_chunk)
+    from hdcfl_ray.portable.ray_options import with_portable_environment
+
+    options = {"num_cpus": 1, "num_gpus": prepared.scenario.runtime.num_gpus_per_actor, **actor_options()}
+    score_chunk = ray.remote(**with_portable_environment(options, prepared.scenario.runtime.portable))(_score_chunk)
     shared = [ray.put(value) for value in (prepared, client_ids, heads, encoders)]
     chunks = [list(chunk) for chunk in np.array_split(np.arange(len(client_ids)), max(1, min(workers, len(client_ids)))) if len(chunk)]
     futures = [score_chunk.remote(shared[0], chunk, shared[1], shared[2], shared[3], round_index, max_test_samples) for chunk in chunks]

@@ -294,6 +294,10 @@ def run_simulation(
     `auto_knobs_dir` (default <output.dir>/auto-knobs) where this setting and seed
     chose them before; a resume applies the choice its run recorded."""
     scenario = prepared.scenario
+    if scenario.runtime.portable:  # the driver computes too: the initial weights, the server's maths, local hosts
+        from hdcfl_ray.portable import require_pinned_process
+
+        require_pinned_process("the driver process")
     if scenario.output.trackers:  # TensorBoard, MLflow, W&B also receive every round (hdcfl_ray/trackers)
         from hdcfl_ray.trackers import with_trackers
 
@@ -421,6 +425,8 @@ def _run_with(
             "dataset": _dataset_facts(prepared),
             "initialisation": initialisation_facts(prepared.scenario),  # seeded, or which pretrained file
             "evaluation": _evaluation_facts(prepared),
+            # the mode, the driver's CPU and the instruction sets its libraries compute with (hosts: client_host_hardware)
+            "arithmetic": _arithmetic_facts(prepared.scenario.runtime.portable),
             **scenario_record(prepared.as_written),  # what --resume compares the scenario on disk with
         }
         if prepared.auto_knobs is not None:  # the values `auto` knobs got, how, and at what cost
@@ -551,6 +557,16 @@ def _resume_from_checkpoint(
     drop_parts_after(run_dir, checkpoint["round"])
     drop_refresh_caches_after(run_dir, checkpoint["round"])
     return checkpoint["round"] + 1, started - checkpoint["elapsed_s"]
+
+
+def _arithmetic_facts(portable: bool) -> dict[str, Any]:
+    from hdcfl_ray.portable.machine import arithmetic_facts
+    from hdcfl_ray.portable.restart import replaced_values
+
+    facts = arithmetic_facts(portable)
+    if portable:  # the user's own values of the pinned variables, which the pins replaced
+        facts["replaced"] = replaced_values()
+    return facts
 
 
 def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:

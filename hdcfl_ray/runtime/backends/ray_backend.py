@@ -31,6 +31,7 @@ from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import Method, ModelParams
 from hdcfl_ray.plugin_shipping import actor_options
+from hdcfl_ray.portable.ray_options import with_portable_environment
 from hdcfl_ray.runtime.backends.actors import AsyncServerActor, ServerActor
 from hdcfl_ray.runtime.backends.choice import Backend
 from hdcfl_ray.runtime.backends.host_spec import HostSpec
@@ -64,7 +65,7 @@ class RayBackend:
         self.server_in_driver = server_in_driver(scenario.runtime.address)
         self.server = start_server(
             settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts,
-            in_driver=self.server_in_driver,
+            in_driver=self.server_in_driver, portable=scenario.runtime.portable,
         )
         wait_until_ready(self.hosts, None if self.server_in_driver else self.server)
         self.fetch = ray.get
@@ -126,7 +127,11 @@ def start_hosts(
     spec = HostSpec(
         # A dead host is replaced by the server (runtime.max_restarts times), not restarted by Ray.
         # Plugins' names go with every host, which may start on a node that never saw the driver's environment.
-        options={"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor, **actor_options()},
+        # runtime.portable: each host's worker process starts with the pins, on any node
+        options=with_portable_environment(
+            {"num_cpus": scenario.runtime.num_cpus_per_actor, "num_gpus": scenario.runtime.num_gpus_per_actor, **actor_options()},
+            scenario.runtime.portable,
+        ),
         name_prefix=f"hdcfl-host-{uuid.uuid4().hex[:8]}",
         shared_args=(scenario, algorithm, *arrays),
         clients_of_host=tuple(StoreRef(ray.put(clients_of_host[h])) for h in range(num_hosts)),
@@ -160,6 +165,7 @@ def start_server(
     host_spec: HostSpec,
     max_replacements: int,
     in_driver: bool,
+    portable: bool = False,
 ):
     """The run's server: in this process (`in_driver`), reaching the host actors
     through Ray, or as an actor. In this process it gets its own copies of the method
@@ -179,6 +185,6 @@ def start_server(
         )  # fmt: skip
     # The server actor mostly waits on clients; it takes no CPU slot away from them.
     actor_class = AsyncServerActor if settings.protocol.mode == "async" else ServerActor
-    return actor_class.options(num_cpus=0, **actor_options()).remote(
+    return actor_class.options(**with_portable_environment({"num_cpus": 0, **actor_options()}, portable)).remote(
         algorithm, hosts, client_hosts, initial, independent, settings, host_spawner=host_spec, max_replacements=max_replacements
     )

@@ -39,6 +39,8 @@ def torch_threads_per_host(runtime: RuntimeConfig) -> int:
     """The torch threads a host trains with: `runtime.torch_threads`, or its CPU share
     (at least one). Results are bit-identical only between hosts with the same count
     (the manifest records it)."""
+    if runtime.portable:  # one thread: its sums do not depend on the machine's cores (docs/same-results.md)
+        return 1
     if runtime.torch_threads != "auto":
         return int(runtime.torch_threads)
     return max(1, int(runtime.num_cpus_per_actor))
@@ -91,6 +93,10 @@ class ClientHost:
         from hdcfl_ray.runtime.client.precision import resolve_precision
         from hdcfl_ray.runtime.client.tensor_cache import TensorCache
 
+        if scenario.runtime.portable:  # before anything computes; a Ray host started pinned, a local one in the pinned driver
+            from hdcfl_ray.portable import require_pinned_process
+
+            require_pinned_process("a client host")
         torch.set_num_threads(torch_threads_per_host(scenario.runtime))
         self.scenario = scenario
         self.algorithm = algorithm
@@ -98,7 +104,8 @@ class ClientHost:
         self.granted_gpu_ids = granted_gpu_ids()
         self.device = choose_device(scenario.runtime, self.granted_gpu_ids)
         configure_cuda(scenario.runtime, self.device)  # before the first CUDA operation
-        self.precision = resolve_precision(scenario.runtime.precision, self.device)
+        # auto picks bf16 on some CPUs: a portable run stays in float32 everywhere
+        self.precision = resolve_precision("fp32" if scenario.runtime.portable else scenario.runtime.precision, self.device)
         if self.precision == "fp16" and self.device.type != "cuda":
             raise ValueError(
                 "runtime.precision: fp16 needs a CUDA device; this host has none, and CPUs emulate float16 "
@@ -151,6 +158,7 @@ class ClientHost:
         """What this host computes on, for the manifest."""
         import torch
 
+        from hdcfl_ray.portable.machine import arithmetic_facts
         from hdcfl_ray.runtime.client.device import device_facts
 
         return {
@@ -158,6 +166,8 @@ class ClientHost:
             "precision": self.precision,
             "torch_threads": torch_threads_per_host(self.scenario.runtime),
             "channels_last": self.memory_format == torch.channels_last,
+            # the CPU under this host and its libraries' instruction sets: hosts on other nodes may differ
+            "arithmetic": arithmetic_facts(self.scenario.runtime.portable),
         }
 
     def bind_thread(self) -> None:
