@@ -21,7 +21,12 @@ from hdcfl_ray.errors import ScenarioError
 class _Command(typer.Typer):
     """The `hdcfl-ray` command (the console script calls it; tests invoke its commands)."""
 
+    # True once the console script runs the command: only then may a command restart
+    # its process (runtime.portable); a test's in-process call must not restart pytest
+    standalone = False
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.standalone = True
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as exit_request:
@@ -71,6 +76,33 @@ def _fail_bad_input(error: ScenarioError) -> None:
     # escaped: messages quote user text and fixes such as ".[dashboard]" that are not markup
     error_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _pin_for_portable(scenarios: List[Any], what: str) -> None:
+    """runtime.portable: the command computes with the portable pins, which the math
+    libraries read when they load; started without them, the hdcfl-ray command
+    restarts itself with them, before it loads data or computes anything
+    (docs/same-results.md). Called in-process, the run refuses instead."""
+    from hdcfl_ray.portable.restart import restart_pinned_if_needed, uniform_portable
+
+    if app.standalone:
+        restart_pinned_if_needed(scenarios, what)
+    else:
+        uniform_portable(scenarios, what)
+
+
+def _recorded_scenarios(run_dirs: List[Path]) -> List[Any]:
+    """The scenarios finished runs recorded (a folder without a readable one is left to
+    the command, which says what is wrong with it)."""
+    from hdcfl_ray.config import load_scenario
+
+    scenarios = []
+    for run_dir in run_dirs:
+        try:
+            scenarios.append(load_scenario(run_dir / "scenario.yaml", []))
+        except ScenarioError:
+            continue
+    return scenarios
 
 
 def _print_notices(notices: tuple[str, ...]) -> None:
@@ -209,6 +241,7 @@ def _simulate(
             raise ScenarioError("give a scenario file (hdcfl-ray simulate SCENARIO) or --resume RUN_DIR")
         else:
             scenario = load_scenario(scenario_file, overrides or [])
+        _pin_for_portable([scenario], "the run")
         run_dir = resume or out or default_run_dir(scenario)
         seen["run_dir"] = run_dir
         if resume is None:
@@ -324,6 +357,7 @@ def sweep(
 
             check_writable(report_file, "--report", "file")
         runs = expand(plan)
+        _pin_for_portable([run.scenario for run in runs], "the sweep")
     except ScenarioError as error:
         _fail_bad_input(error)
     console = Console(quiet=quiet)
@@ -441,6 +475,7 @@ def calibrate(
         runs = calibration_runs(
             scenario_file, key, value_list, algorithm, seed_values, tuple(overrides or ()), out, None if oracle else validation_fraction
         )
+        _pin_for_portable([run.scenario for run in runs], "the calibration")
     except ScenarioError as error:
         _fail_bad_input(error)
     console = Console()
@@ -579,6 +614,7 @@ def ablate(
     from hdcfl_ray.ablation import ablate_run
 
     try:
+        _pin_for_portable(_recorded_scenarios([run_dir]), "the replay")
         written = ablate_run(run_dir, list(overrides or []), out)
     except ScenarioError as error:
         _fail_bad_input(error)
@@ -609,6 +645,7 @@ def donor_swap(
     try:
         if report_file is not None:
             check_writable(report_file, "--report", "file")
+        _pin_for_portable(_recorded_scenarios(run_dirs), "the diagnostic")
         summary = donor_swap_runs(list(run_dirs), out, max_test_samples=max_test_samples)
     except ScenarioError as error:
         _fail_bad_input(error)
