@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hdcfl_ray.errors import ScenarioError
 
 from analysis.participation_split import DIFFERENCE, NON_PARTICIPANTS, PARTICIPANTS
-from analysis.provenance import provenance_note
+from analysis.provenance import mark_across_machines, provenance_note
 from analysis.verdict import RULE, paired_verdict
 from analysis.row_flags import flag_note, flagged, row_flags
 from analysis.final_metrics import (
@@ -148,6 +148,7 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
     accuracy = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
     diagnostics = (("Sil.", "refresh_silhouette"), ("Refresh ARI", "refresh_ari_previous"))
     by_seed = {(r.setting, r.method, r.seed): r.values.get("mean_accuracy", math.nan) for r in records}
+    made_by = {(r.setting, r.method, r.seed): r.provenance for r in records}
     for base in bases:
         members = [s for s in settings if _ablation_base(s) == base]
         logged = [name for name, metric in diagnostics
@@ -171,7 +172,8 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
                 if setting == base or not diffs:
                     row += [Text("-"), Text("-")]
                 else:
-                    row += [Text(" / ".join(f"{diff:+.2f}" for diff in diffs)), Text(paired_verdict(diffs))]
+                    pairs = [(made_by[(setting, method, seed)], made_by[(base, method, seed)]) for seed in seeds]
+                    row += [Text(" / ".join(f"{diff:+.2f}" for diff in diffs)), Text(mark_across_machines(paired_verdict(diffs), pairs))]
                 table.rows.append(row)
         table.note = (
             "Variants are replays of the same runs' refreshes (hdcfl-ray ablate), so rows are paired by seed: the "
@@ -275,7 +277,8 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
                 if metric == "mean_accuracy":
                     positive = sum(diff > 0 for diff in diffs)
                 row.append(Text(" / ".join(f"{diff:+.2f}" for diff in diffs)))
-                verdicts.append(paired_verdict(diffs))
+                pairs = [(by_key[(setting, reference, seed)].provenance, by_key[(setting, method, seed)].provenance) for seed in seeds]
+                verdicts.append(mark_across_machines(paired_verdict(diffs), pairs))
             row.append(Text(f"{positive} of {len(seeds)}"))
             row.append(Text(" / ".join(verdicts)))
             table.rows.append(row)

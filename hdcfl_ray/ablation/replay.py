@@ -30,6 +30,7 @@ from hdcfl_ray.contract import RefreshSummary
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 from hdcfl_ray.logs.manifest import update_manifest, write_manifest
+from hdcfl_ray.portable.machine import arithmetic_facts
 from hdcfl_ray.logs.refresh_cache import SavedRefresh, read_refresh_caches
 from hdcfl_ray.logs.round_rows import client_row, refresh_row, replayed_round_row
 from hdcfl_ray.logs.table_writer import TableWriter
@@ -80,7 +81,8 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
         out_dir,
         seed=scenario.seed,
         scenario_name=scenario.name,
-        extra={"status": "running", "ablation_of": str(run_dir), "overrides": overrides},
+        # the arithmetic the replay scores with, as a run records it: reports pair a replay with its run by seed
+        extra={"status": "running", "ablation_of": str(run_dir), "overrides": overrides, "arithmetic": arithmetic_facts(scenario.runtime.portable)},
     )
     try:
         _replay(prepare_run(scenario), run_scenario, refreshes, out_dir, started)
