@@ -187,11 +187,3 @@ def check_validation_split(scenario: Scenario, plan: AutoPlan, dataset: Any) -> 
             f"{keys}: auto is chosen on {plan.validation_fraction:g} of each client's training images held out, "
             f"which this partition cannot spare ({error}); give {'it a value' if len(plan.knobs) == 1 else 'them values'}"
         ) from None
-
-
-def has_auto(scenario: Scenario) -> bool:
-    """Whether the running method's section holds a knob set to `auto`."""
-    from hdcfl_ray.algorithms.registry import method_spec
-
-    params = method_params(scenario.algorithm)
-    return any(getattr(params, knob.key) == AUTO for knob in method_spec(scenario.algorithm.name).auto_knobs)
