@@ -7,7 +7,12 @@ with the same code round differently in the 7th digit. There is one golden file
 per arithmetic (`arithmetic_key()`, e.g. GenuineIntel-AVX512). `python -m
 tests.bit_reference` writes this machine's file: for a new kind of machine, from
 code whose bits are pinned elsewhere, or for a change meant to alter results
-(rewrite every machine's file then, and say so in the commit)."""
+(rewrite every machine's file then, and say so in the commit).
+
+Portable runs (`runtime.portable: true`) compute the same bits on every machine, so
+they have one file for all (`PORTABLE_GOLDEN`): `python -m tests.bit_reference
+--portable` writes it (the command restarts itself with the portable environment),
+and a machine whose portable bits differ from it shows a library the pins missed."""
 
 from __future__ import annotations
 
@@ -55,6 +60,9 @@ def arithmetic_key() -> str:
     return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
 
 
+PORTABLE_GOLDEN = GOLDEN_DIR / f"{GOLDEN_STEM}-portable.json"
+
+
 def golden_path(key: str) -> Path:
     return GOLDEN_DIR / f"{GOLDEN_STEM}.{key}.json"
 
@@ -68,8 +76,9 @@ def _exact(value: object) -> object:
     return float(value).hex() if isinstance(value, float) else value
 
 
-def quickstart_rows(method: str, run_dir: Path) -> list[list[object]]:
-    """(round, client, accuracy, loss, train_loss) of every scored client, floats as hex."""
+def quickstart_rows(method: str, run_dir: Path, portable: bool = False) -> list[list[object]]:
+    """(round, client, accuracy, loss, train_loss) of every scored client, floats as hex;
+    `portable` needs a process started with the portable environment."""
     import yaml
 
     from hdcfl_ray.config.loading import build_scenario
@@ -79,7 +88,7 @@ def quickstart_rows(method: str, run_dir: Path) -> list[list[object]]:
 
     raw = yaml.safe_load(QUICKSTART.read_text())
     raw["algorithm"]["name"] = method
-    for dotted, value in OVERRIDES.items():
+    for dotted, value in {**OVERRIDES, "runtime.portable": portable}.items():
         section, _, key = dotted.rpartition(".")
         node = raw
         for part in section.split("."):
@@ -91,16 +100,38 @@ def quickstart_rows(method: str, run_dir: Path) -> list[list[object]]:
     return [[_exact(value) for value in row] for row in rows]
 
 
-def main(methods: list[str]) -> None:
+def _restart_pinned(arguments: list[str]) -> None:
+    """This command again, started with the portable environment (unless it was)."""
+    import os
+
+    from hdcfl_ray.portable.environment import portable_environment
+    from hdcfl_ray.portable.process import unpinned_libraries
+
+    if unpinned_libraries():
+        os.execve(sys.executable, [sys.executable, "-m", "tests.bit_reference", *arguments], {**os.environ, **portable_environment()})
+
+
+def main(arguments: list[str]) -> None:
+    """[--portable] [--print] [METHOD ...]: record every method (or those named) into
+    this machine's golden file, or the portable one; --print writes the rows to
+    stdout as JSON instead."""
     from hdcfl_ray.algorithms.registry import method_names
 
-    path = golden_path(arithmetic_key())
+    portable, show = "--portable" in arguments, "--print" in arguments
+    methods = [argument for argument in arguments if not argument.startswith("--")]
+    if portable:
+        _restart_pinned(arguments)
+    path = PORTABLE_GOLDEN if portable else golden_path(arithmetic_key())
     # naming methods re-records just those (a method whose results were meant to change)
-    golden = json.loads(path.read_text()) if methods and path.exists() else {}
+    golden = json.loads(path.read_text()) if methods and path.exists() and not show else {}
     with tempfile.TemporaryDirectory() as scratch:
         for method in methods or method_names():
-            golden[method] = quickstart_rows(method, Path(scratch) / method)
-            print(method, len(golden[method]), "rows", flush=True)
+            golden[method] = quickstart_rows(method, Path(scratch) / method, portable)
+            if not show:
+                print(method, len(golden[method]), "rows", flush=True)
+    if show:
+        print(json.dumps(golden))
+        return
     path.write_text(json.dumps(golden, indent=0) + "\n")
     print("wrote", path)
 
