@@ -13,6 +13,13 @@ Ray's and the process's start-up excluded, reported beside it).
     python benchmarks/efficiency.py
     python benchmarks/efficiency.py --backend ray --out docs/benchmarks.md
     python benchmarks/efficiency.py --backend ray --runtime num_gpus_per_actor=0.25 --encoder resnet18_cifar  # a GPU machine
+    python benchmarks/efficiency.py --mode both --repeats 3  # runtime.portable's cost: both modes, taking turns
+
+`--mode portable` runs the simulation with runtime.portable in a process started
+with the portable environment (the script restarts itself with it), so the plain
+loop beside it computes with the same pinned libraries: the efficiency row then
+says what the simulator adds, and the samples/s against a default-mode row what
+the pins cost.
 """
 
 from __future__ import annotations
@@ -139,9 +146,15 @@ def main() -> None:
                     help="runtime settings of the simulation, e.g. torch_threads=2 channels_last=true precision=bf16")
     parser.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes to run; the row holds their medians")
+    parser.add_argument("--mode", choices=["default", "portable", "both"], default="default",
+                        help="runtime.portable off, on, or both taking turns (their cost: samples/s of one over the other)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one measurement, as JSON (for --repeats)
     args = parser.parse_args()
-    if args.repeats > 1:
+    if args.mode == "portable":
+        restart_pinned()
+    if args.mode == "both":
+        rows = both_modes(args)
+    elif args.repeats > 1:
         rows = [repeated(args)]
     else:
         rows = [measure(args)]
@@ -154,25 +167,61 @@ def main() -> None:
         append_markdown(args.out, "Efficiency against a plain PyTorch loop (FedAvg-SE, 20 clients, CIFAR-10)", command.strip(), machine_description(), rows)
 
 
+def restart_pinned() -> None:
+    """This script again, started with the portable environment (unless it was)."""
+    from hdcfl_ray.portable.environment import portable_environment
+    from hdcfl_ray.portable.process import unpinned_libraries
+
+    if unpinned_libraries():
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], {**os.environ, **portable_environment()})
+
+
+def _forwarded(*dropped: str) -> list[str]:
+    """This command's arguments without --json, --out, and the options named (each with its value)."""
+    forwarded = [argument for argument in sys.argv[1:] if argument != "--json"]
+    for option in ("--out", *dropped):
+        if option in forwarded:
+            position = forwarded.index(option)
+            del forwarded[position : position + 2]
+    return forwarded
+
+
+def _child_row(arguments: list[str], index: int) -> dict:
+    """One measurement in a fresh process."""
+    output = subprocess.run([sys.executable, __file__, *arguments, "--json"], capture_output=True, text=True, check=True).stdout
+    row = json.loads(next(line for line in output.splitlines() if line.startswith("EFFICIENCY_ROW ")).removeprefix("EFFICIENCY_ROW "))
+    print(f"run {index + 1} ({row['backend']}): efficiency {row['efficiency']:.3f} ({row['simulation_samples_per_s']:.0f} vs {row['plain_loop_samples_per_s']:.0f} samples/s)", flush=True)
+    return row
+
+
+def both_modes(args: argparse.Namespace) -> list[dict]:
+    """Default and portable runs taking turns (a drift in the machine's load reaches both
+    alike), a row of medians for each, and the portable mode's cost."""
+    forwarded = _forwarded("--repeats", "--mode")
+    measured: dict[str, list[dict]] = {"default": [], "portable": []}
+    for index in range(max(1, args.repeats)):
+        for mode in measured:
+            measured[mode].append(_child_row([*forwarded, "--mode", mode], index))
+    rows = [_medians(runs, len(runs)) for runs in measured.values()]
+    cost = rows[0]["simulation_samples_per_s"] / rows[1]["simulation_samples_per_s"]
+    print(f"runtime.portable: the simulation takes {cost:.3f}x the default mode's time (median samples/s, default over portable)")
+    for row in rows:
+        row["portable_time_ratio"] = cost
+    return rows
+
+
 def repeated(args: argparse.Namespace) -> dict:
     """The medians of `--repeats` fresh processes, each measuring as a single run does."""
-    forwarded = [argument for argument in sys.argv[1:] if argument != "--json"]
-    if "--out" in forwarded:
-        position = forwarded.index("--out")
-        del forwarded[position : position + 2]
-    position = forwarded.index("--repeats")
-    del forwarded[position : position + 2]
-    measured = []
-    for index in range(args.repeats):
-        output = subprocess.run([sys.executable, __file__, *forwarded, "--json"], capture_output=True, text=True, check=True).stdout
-        row = json.loads(next(line for line in output.splitlines() if line.startswith("EFFICIENCY_ROW ")).removeprefix("EFFICIENCY_ROW "))
-        print(f"run {index + 1}: efficiency {row['efficiency']:.3f} ({row['simulation_samples_per_s']:.0f} vs {row['plain_loop_samples_per_s']:.0f} samples/s)", flush=True)
-        measured.append(row)
+    forwarded = _forwarded("--repeats")
+    return _medians([_child_row(forwarded, index) for index in range(args.repeats)], args.repeats)
+
+
+def _medians(measured: list[dict], repeats: int) -> dict:
     median = {key: statistics.median(row[key] for row in measured) for key, value in measured[0].items() if isinstance(value, float)}
     return {
         **measured[0],
         **median,
-        "runs": args.repeats,
+        "runs": repeats,
         "efficiency_runs": " / ".join(f"{row['efficiency']:.3f}" for row in measured),
         "target_0.9_met": median["efficiency"] >= 0.9,
     }
@@ -182,7 +231,8 @@ def measure(args: argparse.Namespace) -> dict:
     from hdcfl_ray.runtime.driver import prepare_run
 
     with tempfile.TemporaryDirectory(prefix="hdcfl-efficiency-") as work:
-        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work), runtime_overrides(args.runtime), args.encoder))
+        runtime = {**runtime_overrides(args.runtime), **({"portable": True} if args.mode == "portable" else {})}
+        prepared = prepare_run(build_scenario(cifar_path(args.cifar), args.images, args.rounds, args.batch_size, args.backend, Path(work), runtime, args.encoder))
         # The plain loop runs before and after the simulation and the faster of the two
         # counts: the machine's speed drifts, and the limit should not be understated.
         plain_before, plain_samples = plain_loop(prepared, args.rounds, args.batch_size)
@@ -192,7 +242,8 @@ def measure(args: argparse.Namespace) -> dict:
     assert result["samples"] == plain_samples, (result["samples"], plain_samples)
     simulated_sps = result["samples"] / result["rounds_s"]
     return {
-        "backend": args.backend + "".join(f" {pair}" for pair in args.runtime) + ("" if args.encoder == "small_cnn" else f" {args.encoder}"),
+        "backend": args.backend + "".join(f" {pair}" for pair in args.runtime) + ("" if args.encoder == "small_cnn" else f" {args.encoder}")
+        + (" portable" if args.mode == "portable" else ""),
         "samples": plain_samples,
         "plain_loop_samples_per_s": plain_sps,
         "plain_loop_runs": f"{plain_before:.0f} / {plain_after:.0f}",

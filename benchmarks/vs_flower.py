@@ -1,7 +1,7 @@
 """The same FedAvg workload on Flower's Ray simulation and on hdcfl-ray, side by side.
 
     python benchmarks/vs_flower.py [--workload overhead|compute|both] [--flower-venv .venv-flower]
-                                   [--backends local ray] [--repeats 3]
+                                   [--backends local ray local-portable ray-portable] [--repeats 3]
                                    [--out docs/benchmarks.md] [--quick] [--cifar PATH]
 
 Both simulators get identical client data: the workload is built once with
@@ -161,9 +161,13 @@ def run_flower(workload: Workload, flower_python: Path, npz_path: Path) -> tuple
 
 
 def run_hdcfl(scenario_path: Path, output_dir: Path, backend: str) -> tuple[Measured, float | None]:
+    """`backend`: local or ray, with -portable for runtime.portable (the command then
+    restarts itself with the portable environment, which the wall time includes)."""
     # The console script of the venv running this file: the project's venv.
     executable = Path(sys.executable).parent / "hdcfl-ray"
-    cmd = [str(executable), "simulate", str(scenario_path), "--quiet", "--set", f"output.dir={output_dir}", "--set", f"runtime.backend={backend}"]
+    backend, _, portable = backend.partition("-")
+    cmd = [str(executable), "simulate", str(scenario_path), "--quiet", "--set", f"output.dir={output_dir}", "--set", f"runtime.backend={backend}",
+           "--set", f"runtime.portable={'true' if portable else 'false'}"]  # fmt: skip
     measured = run_measured(cmd, env=clean_env(), cwd=REPO_ROOT)
     run_dirs = [p for p in output_dir.iterdir() if p.is_dir()] if output_dir.is_dir() else []
     accuracy = final_accuracy(run_dirs[0]) if measured.returncode == 0 and len(run_dirs) == 1 else None
@@ -252,13 +256,26 @@ def compare(workload: Workload, flower_python: Path, backends: list[str], repeat
     return rows
 
 
+def portable_costs(rows: list[dict[str, Any]]) -> list[str]:
+    """runtime.portable's cost: each -portable backend's median wall time over the same
+    backend's without it, in the same workload."""
+    walls = {(row["workload"], row["simulator"]): row["median wall s"] for row in rows}
+    lines = []
+    for (workload, simulator), wall in walls.items():
+        plain = simulator.replace("-portable)", ")")
+        if simulator.endswith("-portable)") and (workload, plain) in walls:
+            lines.append(f"{workload}: {simulator} takes {wall / walls[(workload, plain)]:.3f}x the time of {plain}")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=("overhead", "compute", "both"), default="both")
     parser.add_argument("--flower-venv", default=".venv-flower", help="relative to the repository root")
     parser.add_argument("--out", help="markdown file to append the results to, e.g. docs/benchmarks.md")
     parser.add_argument("--quick", action="store_true", help="small versions of the workloads, for testing")
-    parser.add_argument("--backends", nargs="+", choices=("local", "ray"), default=["local", "ray"], help="hdcfl-ray backends to run")
+    parser.add_argument("--backends", nargs="+", choices=("local", "ray", "local-portable", "ray-portable"), default=["local", "ray"],
+                        help="hdcfl-ray backends to run; -portable: with runtime.portable (its cost against the same backend without)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per simulator (the medians are compared)")
     parser.add_argument("--cifar", help="CIFAR-10 Parquet folder (default: $HDCFL_CIFAR10_PARQUET, $HDCFL_CIFAR10 or data/cifar10-parquet)")
     args = parser.parse_args()
@@ -273,6 +290,8 @@ def main() -> int:
     print()
     print_table(rows)
     print(f"\nratios are medians of hdcfl-ray / Flower; time targets: local backend <= {LOCAL_TIME_TARGET}, Ray backend <= {TIME_TARGET}")
+    for line in portable_costs(rows):
+        print(line)
     if args.out:
         command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
         title = "hdcfl-ray vs Flower, FedAvg" + (" (quick)" if args.quick else "")
