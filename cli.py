@@ -21,12 +21,7 @@ from hdcfl_ray.errors import ScenarioError
 class _Command(typer.Typer):
     """The `hdcfl-ray` command (the console script calls it; tests invoke its commands)."""
 
-    # True once the console script runs the command: only then may a command restart
-    # its process (runtime.portable); a test's in-process call must not restart pytest
-    standalone = False
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.standalone = True
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as exit_request:
@@ -85,7 +80,9 @@ def _pin_for_portable(scenarios: List[Any], what: str) -> None:
     (docs/same-results.md). Called in-process, the run refuses instead."""
     from hdcfl_ray.portable.restart import restart_pinned_if_needed, uniform_portable
 
-    if app.standalone:
+    # only the hdcfl-ray command itself (the console script, python -m cli) restarts its
+    # process: a test calling a command in-process must not restart pytest
+    if getattr(sys.modules.get("__main__"), "app", None) is app:
         restart_pinned_if_needed(scenarios, what)
     else:
         uniform_portable(scenarios, what)

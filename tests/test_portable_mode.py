@@ -32,6 +32,14 @@ def test_portable_hosts_train_with_one_torch_thread_whatever_cpus_they_hold() ->
     assert torch_threads_per_host(RuntimeConfig(portable=False, num_cpus_per_actor=4)) == 4  # the default mode as before
 
 
+def test_a_host_given_more_cpus_is_told_it_trains_with_one_thread() -> None:
+    from hdcfl_ray.portable.process import portable_notices
+
+    (notice,) = portable_notices(RuntimeConfig(portable=True, num_cpus_per_actor=2))
+    assert notice.startswith("runtime.portable: each host trains with one torch thread") and "2 CPUs" in notice
+    assert portable_notices(RuntimeConfig(portable=False, num_cpus_per_actor=2)) == []
+
+
 @pytest.mark.parametrize(
     ("runtime", "named"),
     [({"torch_threads": 2}, "runtime.torch_threads: 2"), ({"precision": "bf16"}, "runtime.precision: bf16")],
@@ -100,6 +108,8 @@ def test_a_cpu_without_avx2_cannot_run_portable(monkeypatch: pytest.MonkeyPatch)
     assert problem is not None and "lacks AVX2, FMA" in problem and "set runtime.portable: false" in problem
     monkeypatch.setattr(process, "cpu_facts", lambda: {**old, "architecture": "aarch64"})
     assert "an x86-64 CPU (this one is aarch64)" in str(process.machine_problem())
+    with pytest.raises(ScenarioError, match="lacks"):  # validate says so too, before anything runs
+        process.portable_notices(RuntimeConfig(portable=True))
 
 
 def test_ray_workers_get_the_pins_beside_the_variables_plugins_ship() -> None:

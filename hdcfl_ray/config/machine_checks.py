@@ -61,10 +61,11 @@ def machine_memory_bytes() -> int | None:
 
 def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     """Everything about `runtime.*` that can be checked before Ray starts; returns notices."""
+    from hdcfl_ray.portable.process import portable_notices
     from hdcfl_ray.runtime.backends.choice import choose_backend
 
     _check_resource_shares(runtime)
-    share_notices = _gpu_share_notices(runtime)
+    share_notices = [*portable_notices(runtime), *_gpu_share_notices(runtime)]
     if choose_backend(runtime) == "local":
         return [*share_notices, *_check_local_backend(runtime)]
     where = ray_placement(runtime)

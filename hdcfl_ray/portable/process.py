@@ -11,6 +11,7 @@ with them."""
 
 from __future__ import annotations
 
+from hdcfl_ray.config.schema import RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.portable.environment import PORTABLE_LEVEL, portable_environment
 from hdcfl_ray.portable.machine import cpu_facts, initial_environment, missing_for_portable
@@ -32,6 +33,24 @@ def machine_problem() -> str | None:
         f"({cpu['model'] or cpu['vendor'] or 'unknown'}) lacks {', '.join(missing)}, so its bits would differ from "
         "other machines'; set runtime.portable: false (results then hold on this kind of machine only)"
     )
+
+
+def portable_notices(runtime: RuntimeConfig) -> list[str]:
+    """Checks of `runtime.portable` against this machine before anything starts: a
+    ScenarioError when the CPU cannot compute at the portable level, and a notice
+    when the hosts will use fewer threads than the CPUs they hold."""
+    if not runtime.portable:
+        return []
+    problem = machine_problem()
+    if problem is not None:
+        raise ScenarioError(problem)
+    if runtime.torch_threads == "auto" and runtime.num_cpus_per_actor > 1:
+        return [
+            f"runtime.portable: each host trains with one torch thread, though runtime.num_cpus_per_actor gives it "
+            f"{runtime.num_cpus_per_actor:g} CPUs (more threads would change its sums by the count); lower "
+            "runtime.num_cpus_per_actor to run more hosts instead"
+        ]
+    return []
 
 
 def unpinned_libraries() -> list[str]:
