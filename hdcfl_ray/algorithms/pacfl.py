@@ -66,7 +66,7 @@ class PACFLParams(Section):
 
 # `threshold: auto`'s candidates, in degrees: a floor below any angle between two
 # clients holding different images (every client its own cluster: each trains alone,
-# exactly as Local does), then doubling angles from below the smallest pairwise
+# as Local does), then doubling angles from below the smallest pairwise
 # angles measured (0.4 degrees on digits; per-class bases on all of CIFAR-10 keep every
 # pair within 1.4 degrees) to one that merges every client of the settings measured
 # (digits' largest pairwise angles stay below 28 degrees): one cluster, FedAvg
