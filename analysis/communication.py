@@ -29,7 +29,7 @@ def communication_table(records: list[RunMetrics]) -> ReportTable | None:
         return None
     table = ReportTable(
         "Communication: MB per participant-round and in total to the final round, beside the final mean accuracy (mean over seeds)",
-        ["Setting", "Method", "Up / participant-round", "Down / participant-round", "Total up + down", "Evaluation downloads",
+        ["Setting", "Method", "Up / participant-round", "Down / participant-round", "Total up + down", "Evaluation downloads, total",
          "Mean acc."],
     )
     accuracy = cells(records, "mean_accuracy")
