@@ -86,3 +86,14 @@ def test_the_figure_is_drawn_per_setting(runs: Path, tmp_path: Path) -> None:
 
 def test_megabytes_keep_three_significant_figures() -> None:
     assert [megabytes_text(v) for v in (0.0, 0.023912, 28.69, 1234.4, float("nan"))] == ["0", "0.0239", "28.7", "1,234", "not recorded"]
+
+
+def test_labels_of_methods_that_send_alike_do_not_overlap() -> None:
+    from analysis.communication_figure import _label_heights
+
+    points = [(110.0, 82.4), (110.5, 82.6), (111.0, 82.7), (110.2, 93.8), (600.0, 82.5)]
+    heights = _label_heights(points, gap=0.5)
+    crowd = sorted(heights[:3])
+    assert all(b - a >= 0.5 - 1e-9 for a, b in zip(crowd, crowd[1:]))
+    assert sum(heights[:3]) / 3 == pytest.approx((82.4 + 82.6 + 82.7) / 3)  # centred on its points
+    assert heights[3] == 93.8 and heights[4] == 82.5  # far from the others: at their own heights
