@@ -17,6 +17,7 @@ CONSTRUCTORS = {"tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange
 # (module relative to hdcfl_ray, enclosing function, constructor): why it is meant for the CPU
 ALLOWED = {
     ("runtime/client/local_training.py", "train_locally", "randperm"): "the batch order comes from the CPU generator (device-independent bits); moved to the device at once",
+    ("runtime/client/batched_training.py", "batch", "randperm"): "the same batch order as train_locally's, from the client's CPU generator; moved to the device at once",
 }
 
 
