@@ -112,13 +112,14 @@ def provenance_note(provenances: Iterable[Mapping[str, str]]) -> str:
     elif any(not same_arithmetic(first, second) for first, second in combinations(arithmetic, 2)):
         listed = ", ".join(f"{label} ({count} run{'' if count == 1 else 's'})" for label, count in arithmetic.most_common())
         note += (
-            f" Made in different arithmetic: {listed}. Default-mode runs of different machines round differently, so "
-            f"their numbers are not bit for bit comparable, and a verdict that pairs them is marked {ACROSS_MACHINES}."
+            f" Made in different arithmetic: {listed}. Runs of different arithmetic (the portable mode against the default "
+            f"one, or default-mode runs of different machines) round differently, so their numbers are not bit for bit "
+            f"comparable, and a verdict that pairs them is marked {ACROSS_MACHINES}."
         )
     return note
 
 
-ACROSS_MACHINES = "(machines differ)"
+ACROSS_MACHINES = "(arithmetic differs)"
 
 
 def mark_across_machines(verdict: str, pairs: Iterable[tuple[Mapping[str, str], Mapping[str, str]]]) -> str:

@@ -167,7 +167,7 @@ def test_a_table_of_default_mode_runs_from_different_machines_says_so_and_marks_
     assert "default: AMD EPYC 9B14 [AVX512-BF16] (3 runs)" in note and "default: Intel(R) Xeon(R) Processor [AMX] (3 runs)" in note
     assert "not bit for bit comparable" in note
     table = paired_table(records)
-    assert table is not None and table.rows[0][-1].value == " / ".join(["ahead (machines differ)"] * 3)
+    assert table is not None and table.rows[0][-1].value == " / ".join(["ahead (arithmetic differs)"] * 3)
 
 
 def test_runs_of_one_machine_or_all_portable_pair_unmarked() -> None:
@@ -177,7 +177,7 @@ def test_runs_of_one_machine_or_all_portable_pair_unmarked() -> None:
                                                         "hdcfl": {**INTEL, "arithmetic": {**INTEL["arithmetic"], "portable": True}, "client_host_hardware": []}}):  # fmt: skip
         records = _records(machines)
         table = paired_table(records)
-        assert table is not None and "machines differ" not in table.rows[0][-1].value
+        assert table is not None and "arithmetic differs" not in table.rows[0][-1].value
         assert "not bit for bit comparable" not in all_tables(records)[0].note
     assert "Portable arithmetic (the same bits on every machine)." in all_tables(records)[0].note
 
