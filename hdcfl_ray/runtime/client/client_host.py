@@ -18,6 +18,7 @@ import numpy as np
 
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.contract import ClientTask, Method, ModelParams
+from hdcfl_ray.runtime.server.payload_bytes import payload_bytes
 from hdcfl_ray.runtime.server.thread_transport import FutureValue
 from hdcfl_ray.runtime.server.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
 
@@ -386,6 +387,7 @@ class ClientHost:
             compute_seconds=seconds,
             host_generation=self._generation,
             budget=ctx.budget,
+            models_bytes=payload_bytes(upload.models, lambda value: value),
         )
         return upload.models, meta, self.client_states[client_id]
 

@@ -123,7 +123,7 @@ class AsyncFederatedServer(FederatedServer):
             meta, flight.handle = self.pool.result(flight.handle)
             uploads_meta.append(meta)
             self.traffic.sent_earlier(client_id, flight.bytes_down)
-            self.traffic.received(client_id, flight.handle.models_ref, meta.values)
+            self.traffic.received_update(client_id, meta, flight.handle.models_ref)
             staleness = self.version - flight.base_version
             upload = accepted_upload(meta, flight.handle, self.transport, events, not_taken="not applied")
             if upload is None:

@@ -23,6 +23,9 @@ class UploadMeta:
     compute_seconds: float = 0.0
     host_generation: str = ""  # which incarnation of the host actor produced it
     budget: TrainingBudget = TrainingBudget()  # local training work behind this update
+    # the bytes of the update's models, counted where they were made (payload_bytes.py), so
+    # the server counts an upload without fetching its arrays; None from an older host
+    models_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class FederatedServer:
         finished = self.pool.train_all(handles)
         metas: dict[int, UploadMeta] = {k: meta for k, (meta, _) in finished.items()}
         for client_id, (meta, handle) in finished.items():
-            self.traffic.received(client_id, handle.models_ref, meta.values)
+            self.traffic.received_update(client_id, meta, handle.models_ref)
 
         uploads: list[Upload] = []
         for client_id in sorted(finished):

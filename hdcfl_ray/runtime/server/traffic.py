@@ -8,7 +8,9 @@ Counted, per client:
   payload. In asynchronous runs a job's download is counted with its update, in the
   round the update arrives, so a round's rows pair each update with its download.
 * up: every training update (its models and values, rejected ones included: they
-  were sent) and every probe answer.
+  were sent) and every probe answer. An update's models are counted by the host
+  that made them, by the same rule (`UploadMeta.models_bytes`), so the server never
+  fetches an upload it would not otherwise read.
 * eval_down: the same for evaluation jobs, kept apart: what a method sends for
   evaluation is part of its protocol for some methods (a personalised model a
   client must download to use) and a simulator artefact for others.
@@ -102,6 +104,12 @@ class TrafficMeter:
 
     def sent_for_evaluation(self, client_id: int, task: ClientTask) -> None:
         self._eval_down[client_id] += self.task_bytes(task)
+
+    def received_update(self, client_id: int, meta: Any, models_ref: Any) -> None:
+        """A training update: its models as the host counted them (fetched and counted
+        here only for a meta without the count), and its values."""
+        models = meta.models_bytes if meta.models_bytes is not None else self.bytes_of(models_ref)
+        self._up[client_id] += models + self.bytes_of(meta.values)
 
     def received(self, client_id: int, *parts: Any) -> None:
         """An update's models (or the reference they are stored under) and values, or a probe answer."""
