@@ -78,7 +78,7 @@ def alone_and_together(base: SplitModel, data, **options):
                 optimizer_config=options["optimizer_config"],
                 train_head=options.get("train_head", True),
                 train_encoder=options.get("train_encoder", True),
-                proximal=options.get("regulariser"),
+                regulariser=options.get("regulariser"),
                 sample_weights=options.get("sample_weights"),
             )
         )

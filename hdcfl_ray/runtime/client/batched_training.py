@@ -49,8 +49,32 @@ class TrainRequest:
     generator: torch.Generator
     train_head: bool = True
     train_encoder: bool = True
-    proximal: ProximalPull | None = None
+    # any loss term; batched training takes only a ProximalPull (`batchable`)
+    regulariser: Callable[..., Any] | None = None
     sample_weights: torch.Tensor | None = None
+
+    @property
+    def proximal(self) -> ProximalPull | None:
+        return self.regulariser if isinstance(self.regulariser, ProximalPull) else None
+
+
+def train_alone(request: TrainRequest) -> TrainStats:
+    """One request trained by itself: exactly `train_locally`."""
+    from hdcfl_ray.runtime.client.local_training import train_locally
+
+    return train_locally(
+        request.model,
+        request.inputs,
+        request.labels,
+        epochs=request.epochs,
+        batch_size=request.batch_size,
+        optimizer_config=request.optimizer_config,
+        generator=request.generator,
+        train_head=request.train_head,
+        train_encoder=request.train_encoder,
+        regulariser=request.regulariser,
+        sample_weights=request.sample_weights,
+    )
 
 
 def batchable(optimizer_config: OptimizerConfig, regulariser: Callable[..., Any] | None) -> bool:
@@ -83,7 +107,7 @@ def _group_key(request: TrainRequest) -> tuple[Any, ...]:
         request.optimizer_config.model_dump_json(),
         request.train_head,
         request.train_encoder,
-        request.proximal is None,
+        request.regulariser is None,
         request.sample_weights is None,
         tuple(request.inputs.shape[1:]),
         request.inputs.dtype,
@@ -97,28 +121,13 @@ def train_together(requests: list[TrainRequest]) -> list[TrainStats]:
     Requests that cannot share a batched model with the others (another schedule,
     architecture or setting) form groups of their own; a group of one trains exactly
     as `train_locally` does."""
-    from hdcfl_ray.runtime.client.local_training import train_locally
-
     stats: list[TrainStats | None] = [None] * len(requests)
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for position, request in enumerate(requests):
         groups[_group_key(request)].append(position)
     for positions in groups.values():
         if len(positions) == 1:
-            request = requests[positions[0]]
-            stats[positions[0]] = train_locally(
-                request.model,
-                request.inputs,
-                request.labels,
-                epochs=request.epochs,
-                batch_size=request.batch_size,
-                optimizer_config=request.optimizer_config,
-                generator=request.generator,
-                train_head=request.train_head,
-                train_encoder=request.train_encoder,
-                regulariser=request.proximal,
-                sample_weights=request.sample_weights,
-            )
+            stats[positions[0]] = train_alone(requests[positions[0]])
             continue
         for position, result in zip(positions, _train_group([requests[p] for p in positions])):
             stats[position] = result

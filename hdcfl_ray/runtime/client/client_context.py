@@ -16,8 +16,8 @@ from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
-from hdcfl_ray.runtime.client.batched_training import TrainRequest, batchable
-from hdcfl_ray.runtime.client.local_training import evaluate, restricted_predictions, train_locally
+from hdcfl_ray.runtime.client.batched_training import TrainRequest, batchable, train_alone
+from hdcfl_ray.runtime.client.local_training import evaluate, restricted_predictions
 
 if TYPE_CHECKING:
     from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch, PendingScore
@@ -122,42 +122,27 @@ class HostClientContext:
         """Train the loaded model with the protocol's optimizer (fresh state) and batch size;
         `sample_weights` weight each sample's loss (see `train_locally`)."""
         inputs, labels = data if data is not None else self.train_data()
-        optimizer_config = optimizer or self.protocol.optimizer
-        epochs = self.protocol.local_epochs if epochs is None else epochs
-        if self._training_slot is not None and batchable(optimizer_config, regulariser):
+        if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
+            raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
+        request = TrainRequest(
+            model=self.model,
+            inputs=inputs,
+            labels=labels,
+            epochs=self.protocol.local_epochs if epochs is None else epochs,
+            batch_size=self.protocol.batch_size,
+            optimizer_config=optimizer or self.protocol.optimizer,
+            generator=self.batch_generator(),
+            train_head=train_head,
+            train_encoder=train_encoder,
+            regulariser=regulariser,
+            sample_weights=sample_weights,
+        )
+        if self._training_slot is not None and batchable(request.optimizer_config, regulariser):
             if not (train_head or train_encoder):
                 raise ValueError("nothing to train: both encoder and head are frozen")
-            if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
-                raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
-            stats = self._training_slot.train(
-                TrainRequest(
-                    model=self.model,
-                    inputs=inputs,
-                    labels=labels,
-                    epochs=epochs,
-                    batch_size=self.protocol.batch_size,
-                    optimizer_config=optimizer_config,
-                    generator=self.batch_generator(),
-                    train_head=train_head,
-                    train_encoder=train_encoder,
-                    proximal=regulariser,  # type: ignore[arg-type]  # batchable: None or a ProximalPull
-                    sample_weights=sample_weights,
-                )
-            )
+            stats = self._training_slot.train(request)
         else:
-            stats = train_locally(
-                self.model,
-                inputs,
-                labels,
-                epochs=epochs,
-                batch_size=self.protocol.batch_size,
-                optimizer_config=optimizer_config,
-                generator=self.batch_generator(),
-                train_head=train_head,
-                train_encoder=train_encoder,
-                regulariser=regulariser,
-                sample_weights=sample_weights,
-            )
+            stats = train_alone(request)
         self.count_training(stats.samples_processed, stats.steps)
         return stats
 
