@@ -28,6 +28,7 @@ from hdcfl_ray.logs.table_writer import read_table
 from hdcfl_ray.runtime.driver import prepare_run, resumable_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
+from tests.stop_observer import StopAfterRound
 
 pytestmark = pytest.mark.auto_knobs
 
@@ -197,15 +198,6 @@ def test_deleting_the_cache_entry_chooses_again(tmp_path: Path) -> None:
     # the candidates' completed runs are reused, so the choice is the same without training again
     assert again.manifest["auto_knobs"]["from_cache"] is False
     assert again.manifest["auto_knobs"]["knobs"] == first.manifest["auto_knobs"]["knobs"]
-
-
-class StopAfterRound(QuietObserver):
-    def __init__(self, round_index: int) -> None:
-        self.round_index = round_index
-
-    def on_round(self, round_row, refresh_row, events):
-        if round_row["round"] == self.round_index:
-            raise KeyboardInterrupt("stopped by the test")
 
 
 def test_a_resume_applies_the_recorded_choice_and_never_chooses_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
+from tests.stop_observer import StopAfterRound
 
 
 def test_codec_round_trips_package_dataclasses_arrays_and_special_floats(tmp_path):
@@ -77,15 +78,6 @@ def test_a_checkpoint_naming_the_contract_values_by_their_old_module_still_decod
     encoded["__dataclass__"] = "hdcfl_ray.algorithms.base:ModelParams"
     decoded = Decoder(encoder.arrays).decode(encoded)
     assert isinstance(decoded, ModelParams) and np.array_equal(decoded.encoder, params.encoder)
-
-
-class StopAfterRound(QuietObserver):
-    def __init__(self, round_index: int) -> None:
-        self.round_index = round_index
-
-    def on_round(self, round_row, refresh_row, events):
-        if round_row["round"] == self.round_index:
-            raise KeyboardInterrupt("stopped by the test")
 
 
 METRICS = ("accuracy", "loss", "accuracy_global", "accuracy_local", "accuracy_personalized", "train_loss", "group")

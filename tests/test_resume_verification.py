@@ -19,19 +19,11 @@ from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.sweep.changes import setting_changes
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
+from tests.stop_observer import StopAfterRound
 
 runner = CliRunner()
 RUN = tiny_scenario(protocol={"rounds": 4}, checkpoint={"every": 1}, runtime={"backend": "local"})
 TABLES = ("clients", "rounds", "updates", "refresh")
-
-
-class StopAfterRound(QuietObserver):
-    def __init__(self, round_index: int) -> None:
-        self.round_index = round_index
-
-    def on_round(self, round_row, refresh_row, events):
-        if round_row["round"] == self.round_index:
-            raise KeyboardInterrupt("stopped by the test")
 
 
 @pytest.fixture(scope="module")
