@@ -29,10 +29,11 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call, stack_module_state, vmap
 
 from hdcfl_ray.contract import OptimizerConfig, ProximalPull, TrainStats
 from hdcfl_ray.models import SplitModel
+from hdcfl_ray.runtime.client.local_training import MomentumSGD, train_locally
 from hdcfl_ray.runtime.client.precision import active_half_precision, outside_autocast
 
 
@@ -60,8 +61,6 @@ class TrainRequest:
 
 def train_alone(request: TrainRequest) -> TrainStats:
     """One request trained by itself: exactly `train_locally`."""
-    from hdcfl_ray.runtime.client.local_training import train_locally
-
     return train_locally(
         request.model,
         request.inputs,
@@ -174,8 +173,8 @@ def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
     if not trainable:
         raise ValueError("nothing to train: both encoder and head are frozen")
     with torch.no_grad():
-        params = {name: torch.stack([dict(m.named_parameters())[name].detach() for m in joined]) for name in names}
-        buffers = {name: torch.stack([buffer.detach() for m in joined for n, buffer in m.named_buffers() if n == name]) for name, _ in skeleton.named_buffers()}
+        stacked_params, buffers = stack_module_state(joined)  # type: ignore[arg-type]
+        params = {name: tensor.detach() for name, tensor in stacked_params.items()}
     targets = None
     if first.proximal is not None:
         targets = [torch.stack([request.proximal.targets[i] for request in requests]) for i in range(len(names))]  # type: ignore[union-attr]
@@ -195,8 +194,9 @@ def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
                 by_size[int(batch.shape[0])].append(client)
         for size in sorted(by_size, reverse=True):
             clients = by_size[size]
-            losses = _step(skeleton, names, trainable, params, buffers, momentum, targets, requests, batches, clients, config, first.proximal, step == 0)
             index = torch.as_tensor(clients, device=device)
+            rows = None if len(clients) == len(requests) else index
+            losses = _step(skeleton, names, trainable, params, buffers, momentum, targets, requests, batches, clients, rows, config, first.proximal, step == 0)
             finite[index] &= torch.isfinite(losses)
             loss_sums[index] += losses.double() * size
             for client in clients:
@@ -237,15 +237,15 @@ def _step(
     requests: list[TrainRequest],
     batches: list[torch.Tensor | None],
     clients: list[int],
+    rows: torch.Tensor | None,
     config: OptimizerConfig,
     proximal: ProximalPull | None,
     first_step: bool,
 ) -> torch.Tensor:
-    """One SGD step of `clients` (rows of the stacked tensors), each on its own batch
-    of one size; returns their losses (the batch mean plus the proximal term)."""
-    everyone = len(clients) == len(requests)
+    """One SGD step of `clients` (`rows` of the stacked tensors, None for all of them),
+    each on its own batch of one size; returns their losses (the batch mean plus the
+    proximal term)."""
     device = requests[0].inputs.device
-    rows = None if everyone else torch.as_tensor(clients, device=device)
 
     def take(tensor: torch.Tensor) -> torch.Tensor:
         return tensor if rows is None else tensor[rows]
@@ -301,28 +301,21 @@ def _sgd_step(
     config: OptimizerConfig,
     first_step: bool,
 ) -> None:
-    """MomentumSGD's step on stacked rows: the same operations in the same order
-    (elementwise, so each client's numbers are those of its own step). `momentum`
-    holds every client's buffer; a parameter without a gradient is left alone."""
-    kept = [position for position, grad in enumerate(grads) if grad is not None]
-    if not kept:
+    """`MomentumSGD`'s own step on the stacked rows (elementwise, so each client's
+    numbers are those of its own step). `momentum` holds every client's buffer; every
+    client's first step is the schedule's step 0, where a fresh buffer is the gradient."""
+    for parameter, grad in zip(parameters, grads):
+        parameter.grad = grad
+    optimizer = MomentumSGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    if not first_step:
+        optimizer.buffers = [momentum[name] if rows is None else momentum[name][rows] for name in names]
+    optimizer.step()
+    if config.momentum == 0:
         return
-    parameters = [parameters[position] for position in kept]
-    names = [names[position] for position in kept]
-    steps = [grads[position] for position in kept]
-    if config.weight_decay != 0:
-        steps = torch._foreach_add(steps, parameters, alpha=config.weight_decay)
-    if config.momentum != 0:
-        if first_step:  # every client's first step is the schedule's step 0: a fresh buffer is the gradient
-            buffers = [step.detach().clone() for step in steps]
+    for name, buffer in zip(names, optimizer.buffers):
+        if buffer is None:  # a parameter without a gradient, left alone
+            continue
+        if rows is None:
+            momentum[name] = buffer
         else:
-            buffers = [momentum[name] if rows is None else momentum[name][rows] for name in names]
-            torch._foreach_mul_(buffers, config.momentum)
-            torch._foreach_add_(buffers, steps, alpha=1.0)
-        for name, buffer in zip(names, buffers):
-            if rows is None:
-                momentum[name] = buffer
-            else:
-                momentum[name][rows] = buffer
-        steps = buffers
-    torch._foreach_add_(parameters, steps, alpha=-config.lr)
+            momentum[name][rows] = buffer
