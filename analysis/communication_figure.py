@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean, stdev
 
-from analysis.figures import _file_part, _pyplot
+from analysis.figures import _file_part, _pyplot, save_figure
 from analysis.runs import RunRecord
 from analysis.run_traffic import run_traffic, total_megabytes
 
@@ -112,9 +112,5 @@ def accuracy_against_communication(runs: list[RunRecord], out_dir: Path) -> list
         axis.set_ylabel("final mean client test accuracy (%)")
         axis.set_title(f"{setting}: accuracy against communication (mean over seeds, bars: ± one std)", fontsize=10)
         axis.grid(alpha=0.3, which="both")
-        figure.tight_layout()
-        path = out_dir / f"communication_{_file_part(setting)}.png"
-        figure.savefig(path, dpi=120)
-        plt.close(figure)
-        written.append(path)
+        written.append(save_figure(figure, out_dir / f"communication_{_file_part(setting)}.png"))
     return written

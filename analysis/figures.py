@@ -28,6 +28,14 @@ def _pyplot():
     return plt
 
 
+def save_figure(figure, path: Path) -> Path:
+    """Lay out, write (PNG, 120 dpi) and close one figure; its path."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    _pyplot().close(figure)
+    return path
+
+
 def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int], list[float]]]]:
     curves: dict[tuple[str, str], list[tuple[list[int], list[float]]]] = defaultdict(list)
     for run in runs:
@@ -60,11 +68,7 @@ def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_title(f"{setting}: learning curves (shaded: ± one std over seeds)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-        path = out_dir / f"learning_curves_{_file_part(setting)}.png"
-        figure.tight_layout()
-        figure.savefig(path, dpi=120)
-        plt.close(figure)
-        written.append(path)
+        written.append(save_figure(figure, out_dir / f"learning_curves_{_file_part(setting)}.png"))
     return written
 
 
@@ -99,11 +103,7 @@ def grouping_diagnostics(runs: list[RunRecord], out_dir: Path) -> list[Path]:
             axis.grid(alpha=0.3)
         axes[0].legend(fontsize=7)
         figure.suptitle(f"{setting}: grouping diagnostics at each refresh")
-        figure.tight_layout()
-        path = out_dir / f"grouping_{_file_part(setting)}.png"
-        figure.savefig(path, dpi=120)
-        plt.close(figure)
-        written.append(path)
+        written.append(save_figure(figure, out_dir / f"grouping_{_file_part(setting)}.png"))
     return written
 
 
@@ -126,11 +126,7 @@ def client_distributions(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_ylabel("client test accuracy (%), final round")
         axis.set_title(f"{setting}: per-client accuracy (seeds pooled; triangle = mean)")
         axis.grid(alpha=0.3, axis="y")
-        figure.tight_layout()
-        path = out_dir / f"clients_{_file_part(setting)}.png"
-        figure.savefig(path, dpi=120)
-        plt.close(figure)
-        written.append(path)
+        written.append(save_figure(figure, out_dir / f"clients_{_file_part(setting)}.png"))
     return written
 
 
@@ -154,11 +150,7 @@ def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_xlabel("group")
         axis.set_title(f"{run.setting} {run.algorithm} seed {run.seed}\nmemberships, round {final['round']}", fontsize=9)
         figure.colorbar(image, ax=axis)
-        figure.tight_layout()
-        path = out_dir / f"memberships_{_file_part(run.setting)}_{run.algorithm}_seed{run.seed}.png"
-        figure.savefig(path, dpi=120)
-        plt.close(figure)
-        written.append(path)
+        written.append(save_figure(figure, out_dir / f"memberships_{_file_part(run.setting)}_{run.algorithm}_seed{run.seed}.png"))
     return written
 
 
