@@ -35,6 +35,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+# `hdcfl-ray` beside this Python when installed, else the same app from cli.py (as the GPU check runs it)
+from benchmarks.gpu_check import cli_command as cli  # noqa: E402  (standard library only)
+
 SCENARIO = REPO / "scenarios/paper/c10-rot-no-pretrain.yaml"
 # the table's rows besides the run itself (G = 4): `hdcfl-ray ablate --set algorithm.hdcfl.KEY=VALUE`
 REPLAYS = {"mix-0": "mix=0", "groups-1": "groups=1"}
@@ -45,12 +50,6 @@ DRY_RUN_SETS = [
     "algorithm.hdcfl.activation_round=1", "algorithm.hdcfl.refresh_every=1", "algorithm.hdcfl.groups=2",
     "runtime.num_gpus_per_actor=0",
 ]
-
-
-def cli() -> list[str]:
-    """`hdcfl-ray` beside this Python when installed, else the same app from cli.py."""
-    script = Path(sys.executable).parent / "hdcfl-ray"
-    return [str(script)] if script.is_file() else [sys.executable, str(REPO / "cli.py")]
 
 
 def run(command: list[str]) -> float:
