@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from analysis.final_metrics import RunMetrics
-from analysis.report_tables import ReportTable, Text
+from analysis.report_table import ReportTable, Text
 
 
 def _value(value: Any) -> str:

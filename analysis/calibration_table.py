@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from statistics import mean
 
 from analysis.provenance import provenance_note, run_provenance
-from analysis.report_tables import ReportTable, Text
+from analysis.report_table import ReportTable, Text
 from analysis.runs import RunRecord
 from analysis.setting_groups import check_calibration_runs
 

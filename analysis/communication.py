@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 from analysis.final_metrics import RunMetrics, cells
-from analysis.report_tables import ReportTable, Text, _with_std
+from analysis.report_table import ReportTable, Text, with_std
+from analysis.row_flags import evidence_flags, flag_note, row_flags
 from analysis.run_traffic import MEGABYTE, per_participation, total_megabytes
 
 
@@ -33,6 +34,7 @@ def communication_table(records: list[RunMetrics]) -> ReportTable | None:
          "Mean acc."],
     )
     accuracy = cells(records, "mean_accuracy")
+    flags = row_flags(records)
     partial = []
     for setting, method in sorted({(r.setting, r.method) for r in records}):
         runs = [r for r in records if (r.setting, r.method) == (setting, method)]
@@ -46,12 +48,12 @@ def communication_table(records: list[RunMetrics]) -> ReportTable | None:
         table.rows.append(
             [
                 Text(setting),
-                Text(method),
+                Text(method, flags=tuple(evidence_flags(flags.get((setting, method))))),
                 Text(megabytes_text(mean_of(lambda v: per_participation(v, "bytes_up")))),
                 Text(megabytes_text(mean_of(lambda v: per_participation(v, "bytes_down")))),
                 Text(megabytes_text(mean_of(total_megabytes))),
                 Text(megabytes_text(mean_of(lambda v: v["eval_bytes_down"] / MEGABYTE))),
-                Text(_with_std(accuracy[(setting, method)])),
+                Text(with_std(accuracy[(setting, method)])),
             ]
         )
     notes = [
@@ -63,5 +65,6 @@ def communication_table(records: list[RunMetrics]) -> ReportTable | None:
     ]
     if partial:
         notes.append("Means over the seeds that recorded bytes only: " + ", ".join(partial) + ".")
-    table.note = " ".join(notes)
+    notes.append(flag_note(row[1].flags for row in table.rows))
+    table.note = " ".join(note for note in notes if note)
     return table

@@ -42,6 +42,9 @@ BUDGET_COLUMNS = {
     "eval_local_steps": "eval_local_steps",
 }
 TAIL_METRICS = ("worst_accuracy", "bottom20_accuracy", "gap")
+# what a run's accuracies were scored on: the test images, or images held out of each
+# client's training data (partition.validation_fraction), which no test table includes
+SCORED_ON_TEST, SCORED_ON_VALIDATION = "test", "validation"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class RunMetrics:
     provenance: dict[str, str] = field(default_factory=dict)
     # the values the run chose for its `auto` knobs (its manifest's auto_knobs), or None
     auto_knobs: dict[str, Any] | None = None
+    scored_on: str = SCORED_ON_TEST  # SCORED_ON_TEST | SCORED_ON_VALIDATION
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,10 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)
-        records.append(RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs")))
+        scored_on = SCORED_ON_VALIDATION if run.scored_on_validation else SCORED_ON_TEST
+        records.append(
+            RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs"), scored_on)
+        )
     return records
 
 

@@ -1,22 +1,22 @@
-"""The report's tables as plain data (header, rows of cells with best/second marks)
-and their renderings: Markdown, CSV, LaTeX, rich."""
+"""The report's tables (analysis/report_table.py says what a table holds) and their
+renderings: Markdown, CSV, LaTeX, rich."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-from dataclasses import dataclass, field
 
 from hdcfl_ray.errors import ScenarioError
 
 from analysis.participation_split import DIFFERENCE, NON_PARTICIPANTS, PARTICIPANTS
 from analysis.provenance import mark_across_machines, provenance_note
+from analysis.report_table import BEST, SECOND, ReportTable, Text, percent as _percent, with_std as _with_std
 from analysis.verdict import RULE, paired_verdict
-from analysis.row_flags import flag_note, flagged, row_flags
+from analysis.row_flags import cell_flags, evidence_flags, flag_note, row_flags
 from analysis.final_metrics import (
     METRICS,
-    Cell,
+    SCORED_ON_VALIDATION,
     RunMetrics,
     average_rank,
     PAIRED_GLOBAL,
@@ -29,6 +29,8 @@ from analysis.final_metrics import (
     tail_rank,
 )
 
+__all__ = ["ReportTable", "Text", "all_tables", "to_csv", "to_latex", "to_markdown", "to_rich"]
+
 TITLES = {
     "mean_accuracy": "Mean client test accuracy (%), mean ± sample std over seeds (table 1 form)",
     "worst_accuracy": "Final worst-client test accuracy (%) (table 7 form)",
@@ -40,30 +42,6 @@ TITLES = {
         "(encoder quality apart from the label prior)"
     ),
 }
-
-
-@dataclass
-class Text:
-    value: str
-    mark: str = ""  # "best" | "second" | ""
-
-
-@dataclass
-class ReportTable:
-    title: str
-    header: list[str]
-    rows: list[list[Text]] = field(default_factory=list)
-    note: str = ""
-
-
-def _percent(value: float, scale: float) -> str:
-    return "-" if math.isnan(value) else f"{scale * value:.2f}"
-
-
-def _with_std(cell: Cell, scale: float = 100.0, signed: bool = False) -> str:
-    """"mean ± std" (the std left out for one seed); `signed` marks differences with + or -."""
-    text = f"{scale * cell.mean:+.2f}" if signed else _percent(cell.mean, scale)
-    return text if math.isnan(cell.std) else f"{text} ± {_percent(cell.std, scale)}"
 
 
 def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, with_macro: bool) -> ReportTable:
@@ -85,9 +63,9 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
             if cell is None or math.isnan(cell.mean):
                 row.append(Text("-"))
                 continue
-            text = flagged(_with_std(cell, scale), flags.get((setting, method)))
             best, second = marks[setting]
-            row.append(Text(text, "best" if method in best else "second" if method in second else ""))
+            mark = BEST if method in best else SECOND if method in second else ""
+            row.append(Text(_with_std(cell, scale), mark, tuple(cell_flags(flags.get((setting, method)), metric))))
         if with_rank:
             row.append(Text(_rank(ranks[method])))
         if with_macro:
@@ -96,7 +74,7 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
     seeds = sorted({r.seed for r in records})
     notes = [f"{len(records)} runs; seeds {', '.join(map(str, seeds))}. Bold: best per setting; underlined: second best."]
     notes.append(_missing_note(records, metric) if (with_rank or with_macro) else "")
-    notes.append(flag_note({key: found for key, found in flags.items() if key[1] in methods}))
+    notes.append(flag_note(cell.flags for row in result.rows for cell in row))
     result.note = " ".join(note for note in notes if note)
     return result
 
@@ -124,13 +102,20 @@ def macro_table(records: list[RunMetrics]) -> ReportTable:
     averages = {metric: macro_average(records, metric) for _, metric in columns}
     tails = tail_rank(records)
     result = ReportTable("Client-level results macro-averaged over settings (table 2 form)", ["Method", *[c for c, _ in columns], "Tail rank ↓"])
+    settings, _ = settings_and_methods(records)
+    flags = row_flags(records)
     for method in methods:
-        result.rows.append([Text(method), *[Text(_percent(averages[m][method], 100.0)) for _, m in columns], Text(_rank(tails[method]))])
+        # what the averages rest on: the settings where the method has fewer seeds or a sampled evaluation
+        behind = tuple(f"{flag} in {setting}" for setting in settings for flag in evidence_flags(flags.get((setting, method))))
+        result.rows.append(
+            [Text(method, flags=behind), *[Text(_percent(averages[m][method], 100.0)) for _, m in columns], Text(_rank(tails[method]))]
+        )
     result.note = " ".join(
         note
         for note in (
             "Tail rank: each method's rank in worst, bottom-20% and gap, averaged over those three and over settings.",
             _missing_note(records, "mean_accuracy"),
+            flag_note(row[0].flags for row in result.rows),
         )
         if note
     )
@@ -204,9 +189,13 @@ def gain_table(records: list[RunMetrics]) -> ReportTable | None:
         "HDC-FL: gain of the prototype mixture over the same run's global encoder with each client's own head (pp)",
         "Global-encoder mean",
         with_method=False,
+        flags=row_flags(records),
     )
     if table is not None:
-        table.note = "Both scores come from the same runs and the same final evaluation, so the gain is paired per seed (mean ± sample std of the differences). The global encoder is trained exactly as FedAvg-SE trains it, so with the same seeds the gain is also HDC-FL minus FedAvg-SE."
+        table.note = " ".join(note for note in (
+            "Both scores come from the same runs and the same final evaluation, so the gain is paired per seed (mean ± "
+            "sample std of the differences). The global encoder is trained exactly as FedAvg-SE trains it, so with the "
+            "same seeds the gain is also HDC-FL minus FedAvg-SE.", table.note) if note)  # fmt: skip
     return table
 
 
@@ -218,17 +207,22 @@ def shared_model_gain_table(records: list[RunMetrics]) -> ReportTable | None:
         "Personalisation step: each method's final score minus its own shared model's, from the same evaluation (pp)",
         "Shared-model mean",
         with_method=True,
+        flags=row_flags(records),
     )
     if table is not None:
-        table.note = (
+        table.note = " ".join(note for note in (
             "The shared-model score is the one each method logs as `accuracy_global` in its clients table: the model it "
             "shares before its personalisation step (docs/logs.md says which model each method logs there, e.g. FedBABU's "
-            "body under its fixed head before fine-tuning). Paired per seed: mean ± sample std of the differences."
-        )
+            "body under its fixed head before fine-tuning). Paired per seed: mean ± sample std of the differences.",
+            table.note,
+        ) if note)  # fmt: skip
     return table
 
 
-def _gain_rows(records: list[RunMetrics], title: str, global_label: str, with_method: bool) -> ReportTable | None:
+def _gain_rows(
+    records: list[RunMetrics], title: str, global_label: str, with_method: bool, flags: dict[tuple[str, str], list[str]]
+) -> ReportTable | None:
+    """`flags`: the report's row flags (analysis/row_flags.py), of which each row carries its evidence flags."""
     per_metric = {metric: personalisation_gains(records, metric) for metric, _ in PAIRED_GLOBAL}
     keys = sorted(per_metric["mean_accuracy"])
     if not keys:
@@ -239,7 +233,8 @@ def _gain_rows(records: list[RunMetrics], title: str, global_label: str, with_me
          "Gain: bot.20%", "Seeds with mean gain > 0"],
     )
     for setting, method in keys:
-        row = [Text(setting), *([Text(method)] if with_method else [])]
+        behind = tuple(evidence_flags(flags.get((setting, method))))  # on the cell that names the row
+        row = [Text(setting, flags=() if with_method else behind), *([Text(method, flags=behind)] if with_method else [])]
         mean_gain = per_metric["mean_accuracy"][(setting, method)]
         row += [Text(_with_std(mean_gain.personalised)), Text(_with_std(mean_gain.global_encoder))]
         for metric, _ in PAIRED_GLOBAL:
@@ -247,47 +242,7 @@ def _gain_rows(records: list[RunMetrics], title: str, global_label: str, with_me
             row.append(Text("-" if gain is None else _with_std(gain.gain, signed=True)))
         row.append(Text(f"{mean_gain.seeds_helped} of {mean_gain.gain.seeds}"))
         table.rows.append(row)
-    return table
-
-
-PAIRED_METRICS = (("mean_accuracy", "mean"), ("worst_accuracy", "worst"), ("bottom20_accuracy", "bot.20%"))
-
-
-def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportTable | None:
-    """`reference` minus every other method, seed by seed: runs with the same seed share
-    the partition and the initialisation, so their differences are paired. A method
-    appears where it has every seed the reference has in that setting."""
-    by_key = {(r.setting, r.method, r.seed): r for r in records}
-    table = ReportTable(
-        f"Paired differences: {reference} minus each method, per seed (pp)",
-        ["Setting", "Method", "Seeds", *(f"Diff.: {label}" for _, label in PAIRED_METRICS), "Seeds with mean diff. > 0",
-         f"{reference}: " + " / ".join(label for _, label in PAIRED_METRICS)],
-    )
-    for setting in sorted({r.setting for r in records}):
-        seeds = sorted(r.seed for r in records if (r.setting, r.method) == (setting, reference))
-        if not seeds:
-            continue
-        for method in sorted({r.method for r in records if r.setting == setting} - {reference}):
-            if any((setting, method, seed) not in by_key for seed in seeds):
-                continue
-            row = [Text(setting), Text(method), Text(" / ".join(str(seed) for seed in seeds))]
-            positive, verdicts = 0, []
-            for metric, _ in PAIRED_METRICS:
-                diffs = [100.0 * (by_key[(setting, reference, seed)].values[metric] - by_key[(setting, method, seed)].values[metric]) for seed in seeds]
-                if metric == "mean_accuracy":
-                    positive = sum(diff > 0 for diff in diffs)
-                row.append(Text(" / ".join(f"{diff:+.2f}" for diff in diffs)))
-                pairs = [(by_key[(setting, reference, seed)].provenance, by_key[(setting, method, seed)].provenance) for seed in seeds]
-                verdicts.append(mark_across_machines(paired_verdict(diffs), pairs))
-            row.append(Text(f"{positive} of {len(seeds)}"))
-            row.append(Text(" / ".join(verdicts)))
-            table.rows.append(row)
-    if not table.rows:
-        return None
-    table.note = (
-        f"Each cell lists {reference}'s final score minus the method's, seed by seed in the order of the Seeds column. "
-        f"Verdict of {reference} against the method, per metric: {RULE}."
-    )
+    table.note = flag_note(cell.flags for row in table.rows for cell in row[:2])
     return table
 
 
@@ -337,15 +292,18 @@ def participation_table(records: list[RunMetrics]) -> ReportTable | None:
         ["Setting", "Method", "Trained in the final round", "Sat it out", "Difference (pp)"],
     )
     trained, rest, difference = cells(split, PARTICIPANTS), cells(split, NON_PARTICIPANTS), cells(split, DIFFERENCE)
+    flags = row_flags(records)
     for key in sorted(trained):
+        behind = tuple(evidence_flags(flags.get(key)))
         table.rows.append(
-            [Text(key[0]), Text(key[1]), Text(_with_std(trained[key])), Text(_with_std(rest[key])), Text(_with_std(difference[key], signed=True))]
+            [Text(key[0]), Text(key[1], flags=behind), Text(_with_std(trained[key])), Text(_with_std(rest[key])), Text(_with_std(difference[key], signed=True))]
         )
     table.note = (
         "Each side is the mean over its clients at the final evaluation, then mean ± sample std over seeds; the difference "
         "is taken per seed. Clients scored with a private head keep it fitted to their own classes; clients scored with a "
         "shared model (a cluster model, a global head) that sat the round out get it as that round's participants left it."
     )
+    table.note = " ".join(note for note in (table.note, flag_note(row[1].flags for row in table.rows)) if note)
     return table
 
 
@@ -387,28 +345,47 @@ def budget_table(records: list[RunMetrics]) -> ReportTable | None:
 
 def all_tables(records: list[RunMetrics], against: str | None = None, left_out: str = "") -> list[ReportTable]:
     """Every report table; the paired table takes `against` (default hdcfl) minus each
-    other method. A named `against` that no record holds is bad input (ScenarioError).
+    other method. A named `against` that no test-scored record holds is bad input
+    (ScenarioError). Validation-scored runs (analysis/validation_table.py) are kept out of
+    every test table, rank and macro value and listed in a table of their own.
     `left_out` (analysis.runs.left_out_note) names the unfinished runs in every table's note."""
-    methods = sorted({record.method for record in records})
-    if against is not None and against not in methods:
-        raise ScenarioError(f"--against {against!r}: no completed run of that method here; the runs hold {', '.join(methods)}")
-    tables = [
-        per_setting_table(records, "mean_accuracy", with_rank=True, with_macro=False),
-        per_setting_table(records, "worst_accuracy", with_rank=False, with_macro=True),
-        per_setting_table(records, "bottom20_accuracy", with_rank=False, with_macro=True),
-        per_setting_table(records, "gap", with_rank=False, with_macro=True),
-        macro_table(records),
-    ]
-    if any(not math.isnan(r.values.get("mean_accuracy_own_classes", math.nan)) for r in records):
-        tables.append(per_setting_table(records, "mean_accuracy_own_classes", with_rank=False, with_macro=False))
-    if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in records):
-        tables.append(per_setting_table(records, "ari_true", with_rank=False, with_macro=False))
-    optional = (clustered_table(records), participation_table(records), budget_table(records), gain_table(records), shared_model_gain_table(records), paired_table(records, against or "hdcfl"))
     from analysis.auto_knobs_table import auto_knobs_table  # these build on this module's tables
     from analysis.communication import communication_table
+    from analysis.paired_table import paired_table
+    from analysis.validation_table import validation_table
 
-    optional += (communication_table(records), auto_knobs_table(records))
-    every = tables + [table for table in optional if table is not None] + variant_tables(records)
+    validated = [record for record in records if record.scored_on == SCORED_ON_VALIDATION]
+    tested = [record for record in records if record.scored_on != SCORED_ON_VALIDATION]
+    methods = sorted({record.method for record in tested})
+    if against is not None and against not in methods:
+        only_validated = " (its runs here are all validation-scored, which are not compared)" if any(
+            record.method == against for record in validated) else ""  # fmt: skip
+        raise ScenarioError(
+            f"--against {against!r}: no completed test-scored run of that method here{only_validated}; "
+            f"the test-scored runs hold {', '.join(methods) or 'no method'}"
+        )
+    every: list[ReportTable] = []
+    if tested:
+        every = [
+            per_setting_table(tested, "mean_accuracy", with_rank=True, with_macro=False),
+            per_setting_table(tested, "worst_accuracy", with_rank=False, with_macro=True),
+            per_setting_table(tested, "bottom20_accuracy", with_rank=False, with_macro=True),
+            per_setting_table(tested, "gap", with_rank=False, with_macro=True),
+            macro_table(tested),
+        ]
+        if any(not math.isnan(r.values.get("mean_accuracy_own_classes", math.nan)) for r in tested):
+            every.append(per_setting_table(tested, "mean_accuracy_own_classes", with_rank=False, with_macro=False))
+        if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in tested):
+            every.append(per_setting_table(tested, "ari_true", with_rank=False, with_macro=False))
+        optional = (
+            clustered_table(tested), participation_table(tested), budget_table(tested), gain_table(tested),
+            shared_model_gain_table(tested), paired_table(tested, against or "hdcfl"), communication_table(tested),
+            auto_knobs_table(tested),
+        )  # fmt: skip
+        every += [table for table in optional if table is not None] + variant_tables(tested)
+    validation = validation_table(validated)
+    if validation is not None:
+        every.append(validation)
     source = provenance_note(record.provenance for record in records if record.provenance)
     for table in every:  # a table copied on its own still says what produced it and what it lacks
         table.note = " ".join(note for note in (table.note, left_out, source) if note)
@@ -429,11 +406,11 @@ def to_markdown(tables: list[ReportTable]) -> str:
 
 
 def _markdown_cell(cell: Text) -> str:
-    if cell.mark == "best":
-        return f"**{cell.value}**"
-    if cell.mark == "second":
-        return f"<u>{cell.value}</u>"
-    return cell.value
+    if cell.mark == BEST:
+        return f"**{cell.shown}**"
+    if cell.mark == SECOND:
+        return f"<u>{cell.shown}</u>"
+    return cell.shown
 
 
 def to_latex(tables: list[ReportTable]) -> str:
@@ -466,22 +443,34 @@ def _latex_escape(text: str) -> str:
 
 
 def _latex_cell(cell: Text) -> str:
-    text = _latex_escape(cell.value)
-    if cell.mark == "best":
+    text = _latex_escape(cell.shown)
+    if cell.mark == BEST:
         return f"\\textbf{{{text}}}"
-    if cell.mark == "second":
+    if cell.mark == SECOND:
         return f"\\underline{{{text}}}"
     return text
 
 
+# The columns CSV adds to every table, so that what Markdown shows by bold, underline and
+# brackets survives as data: the columns where the row is best or second best, and each
+# flagged cell's column with its flags.
+CSV_MARK_COLUMNS = ["Best in", "Second best in", "Flagged cells"]
+
+
 def to_csv(tables: list[ReportTable]) -> str:
+    """Each table: its title, header and rows (plain values) with the three CSV_MARK_COLUMNS
+    (column names joined by " | "; a flagged cell as "column: flag; flag"), then its note."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     for table in tables:
         writer.writerow([f"# {table.title}"])
-        writer.writerow(table.header)
+        writer.writerow([*table.header, *CSV_MARK_COLUMNS])
         for row in table.rows:
-            writer.writerow([cell.value for cell in row])
+            columns = list(zip(table.header, row))
+            best = " | ".join(name for name, cell in columns if cell.mark == BEST)
+            second = " | ".join(name for name, cell in columns if cell.mark == SECOND)
+            flagged = " | ".join(f"{name}: {'; '.join(cell.flags)}" for name, cell in columns if cell.flags)
+            writer.writerow([*(cell.value for cell in row), best, second, flagged])
         if table.note:
             writer.writerow([f"# {table.note}"])
         writer.writerow([])
@@ -500,6 +489,6 @@ def to_rich(tables: list[ReportTable]) -> list:
         for column in table.header:
             rich_table.add_column(escape(column), justify="left" if column == "Method" else "right")
         for row in table.rows:
-            rich_table.add_row(*[f"[bold]{escape(c.value)}[/]" if c.mark == "best" else f"[underline]{escape(c.value)}[/]" if c.mark == "second" else escape(c.value) for c in row])
+            rich_table.add_row(*[f"[bold]{escape(c.shown)}[/]" if c.mark == BEST else f"[underline]{escape(c.shown)}[/]" if c.mark == SECOND else escape(c.shown) for c in row])
         rendered.append(rich_table)
     return rendered

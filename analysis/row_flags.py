@@ -1,13 +1,18 @@
-"""Warnings a report prints on a row itself, so that a table copied into a paper
+"""Warnings a report prints on its cells, so that a table copied into a paper
 carries them: a clustered method that collapsed, a method far below Local, a
 row with fewer seeds than the others, figures scored on a sample of the clients.
 
-Each flag follows a stated rule over the runs behind the row (FLAG_RULES), and
-every table that shows a flagged row repeats the rules in its note."""
+Each flag follows a stated rule over the runs behind a setting's row
+(FLAG_RULES), and every table that shows a flag repeats its rule in its note. A
+flag defined on one metric (FLAG_METRICS) marks only that metric's cells; the
+others describe the runs themselves and mark every cell made from them. Tables
+derived from several settings or from pairs of runs carry the flags that say how
+much evidence is behind them (EVIDENCE_FLAGS)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from statistics import mean, stdev
 
 from analysis.final_metrics import RunMetrics
@@ -24,7 +29,14 @@ FLAG_RULES = {
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
     "fewer seeds": "fewer seeds than the most any method has in this setting",
     "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
+    "paired on fewer seeds": "the method shares fewer seeds with the reference than the reference has in this setting: its differences and verdict use the shared seeds only",
 }
+# the one metric a flag is defined on; a flag not named here describes the runs behind a
+# row (how they grouped, how many there are, how many clients they scored) and marks every metric
+FLAG_METRICS = {"worst client 0%": "worst_accuracy", "below Local": "mean_accuracy"}
+# the flags that say how much evidence is behind a number, which every table derived from
+# the runs (macro averages, paired differences, gains) repeats
+EVIDENCE_FLAGS = ("fewer seeds", "sampled evaluation")
 
 
 def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
@@ -55,15 +67,37 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
     return flags
 
 
-def flag_note(flags: dict[tuple[str, str], list[str]]) -> str:
-    """The rules of the flags that appear, for a table's note ('' when none does)."""
-    used = {flag.split(" (", 1)[0] for found in flags.values() for flag in found}
+def flag_name(flag: str) -> str:
+    """The rule's name of a flag as shown: "fewer seeds (2 of 3)" -> "fewer seeds"."""
+    return flag.split(" (", 1)[0]
+
+
+def cell_flags(found: list[str] | None, metric: str) -> list[str]:
+    """Of a row's flags, those that describe its `metric` cell."""
+    return [flag for flag in found or [] if FLAG_METRICS.get(flag_name(flag), metric) == metric]
+
+
+def run_flags(found: list[str] | None) -> list[str]:
+    """Of a row's flags, those that describe its runs rather than one metric (a collapse, the seeds, the sample)."""
+    return [flag for flag in found or [] if flag_name(flag) not in FLAG_METRICS]
+
+
+def metric_flags(found: list[str] | None, metric: str) -> list[str]:
+    """Of a row's flags, those defined on `metric` alone."""
+    return [flag for flag in found or [] if FLAG_METRICS.get(flag_name(flag)) == metric]
+
+
+def evidence_flags(found: list[str] | None) -> list[str]:
+    """Of a row's flags, those that say how much evidence is behind it (EVIDENCE_FLAGS)."""
+    return [flag for flag in found or [] if flag_name(flag) in EVIDENCE_FLAGS]
+
+
+def flag_note(shown: Iterable[Iterable[str]] | dict[tuple[str, str], list[str]]) -> str:
+    """The rules of the flags shown (each cell's flags, or a dict of them), for a table's note ('' when none is)."""
+    groups = shown.values() if isinstance(shown, dict) else shown
+    used = {flag_name(flag) for flags in groups for flag in flags}
     rules = [f"[{name}] {rule}" for name, rule in FLAG_RULES.items() if name in used]
-    return ("Flags on a row: " + "; ".join(rules) + ".") if rules else ""
-
-
-def flagged(text: str, flags: list[str] | None) -> str:
-    return f"{text} [{'; '.join(flags)}]" if flags else text
+    return ("Flags: " + "; ".join(rules) + ".") if rules else ""
 
 
 def _value(record: RunMetrics, name: str) -> float:

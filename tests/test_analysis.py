@@ -126,15 +126,22 @@ def test_personalisation_gain_is_paired_by_seed():
 
 
 def test_paired_table_lists_the_reference_minus_each_method_seed_by_seed() -> None:
-    from analysis.report_tables import paired_table
+    from analysis.paired_table import paired_table
 
     def run(method: str, seed: int, mean: float) -> RunMetrics:
         return RunMetrics("S", method, seed, {"mean_accuracy": mean, "worst_accuracy": mean - 0.1, "bottom20_accuracy": mean - 0.05})
 
-    records = [run("hdcfl", 1, 0.50), run("hdcfl", 2, 0.60), run("local", 1, 0.45), run("local", 2, 0.62), run("ifca", 1, 0.4)]
+    records = [run("hdcfl", 1, 0.50), run("hdcfl", 2, 0.60), run("local", 1, 0.45), run("local", 2, 0.62), run("ifca", 1, 0.4),
+               run("fedce", 3, 0.3)]  # fmt: skip
     table = paired_table(records)
-    assert table is not None and len(table.rows) == 1  # ifca lacks seed 2: no row
-    cells_text = [cell.value for cell in table.rows[0]]
+    assert table is not None and [row[1].value for row in table.rows] == ["fedce", "ifca", "local"]
+    fedce, ifca = ([cell.value for cell in row] for row in table.rows[:2])
+    # ifca lacks seed 2: paired on seed 1 alone, and flagged so
+    assert ifca[2:4] == ["1", "+10.00"] and ifca[-1] == "one seed / one seed / one seed"
+    assert table.rows[1][1].flags == ("paired on fewer seeds (1 of hdcfl's 2)",)
+    # fedce shares no seed: a row that says so, nothing compared
+    assert set(fedce[2:-1]) == {"-"} and fedce[-1] == "not paired: no seed in common (hdcfl: 1 / 2; fedce: 3)"
+    cells_text = [cell.value for cell in table.rows[2]]
     assert cells_text[:4] == ["S", "local", "1 / 2", "+5.00 / -2.00"] and cells_text[-2] == "1 of 2"
     assert cells_text[-1] == "indistinguishable / indistinguishable / indistinguishable"  # signs differ across seeds
     assert "same sign at every seed" in table.note

@@ -75,7 +75,7 @@ def test_the_report_lists_the_table_and_old_runs_still_report(runs: Path) -> Non
 
     text = hdcfl_ray.report([runs], format="md")
     assert "### Communication: MB per participant-round" in text
-    assert "| local | not recorded |" in text
+    assert "| local [fewer seeds (1 of 2)] | not recorded |" in text  # the row says how few runs it rests on
 
 
 def test_the_figure_is_drawn_per_setting(runs: Path, tmp_path: Path) -> None:

@@ -160,7 +160,8 @@ AMD = _manifest("AMD EPYC 9B14", ["avx2", "avx512f", "avx512_bf16"])
 
 
 def test_a_table_of_default_mode_runs_from_different_machines_says_so_and_marks_their_verdicts() -> None:
-    from analysis.report_tables import all_tables, paired_table
+    from analysis.paired_table import paired_table
+    from analysis.report_tables import all_tables
 
     records = _records({"fedavg": AMD, "hdcfl": INTEL})
     note = all_tables(records)[0].note
@@ -171,7 +172,8 @@ def test_a_table_of_default_mode_runs_from_different_machines_says_so_and_marks_
 
 
 def test_runs_of_one_machine_or_all_portable_pair_unmarked() -> None:
-    from analysis.report_tables import all_tables, paired_table
+    from analysis.paired_table import paired_table
+    from analysis.report_tables import all_tables
 
     for machines in ({"fedavg": INTEL, "hdcfl": INTEL}, {"fedavg": {**AMD, "arithmetic": {**AMD["arithmetic"], "portable": True}, "client_host_hardware": []},
                                                         "hdcfl": {**INTEL, "arithmetic": {**INTEL["arithmetic"], "portable": True}, "client_host_hardware": []}}):  # fmt: skip

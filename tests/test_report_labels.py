@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.final_metrics import RunMetrics
-from analysis.report_tables import all_tables, paired_table, to_markdown
+from analysis.paired_table import paired_table
+from analysis.report_tables import all_tables, to_markdown
 from analysis.runs import method_label
 from cli import app
 from tests.conftest import tiny_scenario
