@@ -564,7 +564,8 @@ def report(
     if validation_scored:
         Console(stderr=True).print(
             f"note: {len(validation_scored)} run(s) were scored on validation images held out of the clients' training "
-            "data (partition.validation_fraction), not on the test set; the tables list them as '<setting> (validation)'",
+            "data (partition.validation_fraction), not on the test set: they are listed apart, in the table 'Validation-scored "
+            "runs', and enter no test table, rank or macro value",
             highlight=False,
         )
     try:  # which runs are one setting, and one run per seed of each
