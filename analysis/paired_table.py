@@ -85,10 +85,10 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
 
 
 def _evidence(flags: dict[tuple[str, str], list[str]], setting: str, reference: str, method: str) -> list[str]:
-    """The sampled-evaluation marks of both sides of a pair (the seed counts are the pair's own)."""
-    marks = []
-    for side in (method, reference):
-        for flag in evidence_flags(flags.get((setting, side))):
-            if flag.startswith("sampled evaluation"):
-                marks.append(flag if side == method else f"{flag} for {reference}")
-    return marks
+    """The sampled-evaluation marks of both sides of a pair (the seed counts are the pair's own):
+    one mark when both sides sampled alike, else each side's, the reference's named."""
+    own, theirs = ([flag for flag in evidence_flags(flags.get((setting, side))) if flag.startswith("sampled evaluation")]
+                   for side in (method, reference))  # fmt: skip
+    if own and own == theirs:
+        return [f"{flag} for both" for flag in own]
+    return own + [f"{flag} for {reference}" for flag in theirs]

@@ -384,12 +384,11 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
         )  # fmt: skip
         every += [table for table in optional if table is not None] + variant_tables(tested)
     validation = validation_table(validated)
-    if validation is not None:
-        every.append(validation)
-    source = provenance_note(record.provenance for record in records if record.provenance)
-    for table in every:  # a table copied on its own still says what produced it and what it lacks
-        table.note = " ".join(note for note in (table.note, left_out, source) if note)
-    return every
+    for tables, behind in ((every, tested), ([validation] if validation else [], validated)):
+        source = provenance_note(record.provenance for record in behind if record.provenance)
+        for table in tables:  # a table copied on its own still says what produced it and what it lacks
+            table.note = " ".join(note for note in (table.note, left_out, source) if note)
+    return every + ([validation] if validation else [])
 
 
 # ---- renderings ----
