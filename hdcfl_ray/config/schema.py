@@ -203,7 +203,8 @@ class PartitionConfig(PluginSections):
         gt=0.0,
         lt=1.0,
         description="hold out this fraction of each client's training images (seeded, per class) and score the "
-        "run on them instead of the test set: the data `hdcfl-ray calibrate` chooses knobs on; null = score on the test set",
+        "run on them instead of the test set: the data `hdcfl-ray calibrate` chooses knobs on (reports list such runs "
+        "in a table of their own, never in a test table, rank or macro value); null = score on the test set",
     )
 
     @model_validator(mode="after")
