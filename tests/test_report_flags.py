@@ -132,3 +132,16 @@ def test_unfinished_runs_are_named_in_every_table_in_every_format():
     assert all(note in table.note for table in tables)
     for render in (to_markdown, to_csv, to_latex):
         assert "rot/ifca seed 7 (interrupted)" in render(tables)
+
+
+def test_a_flag_marks_the_cells_of_its_own_metric_and_the_runs_flags_mark_every_cell():
+    from analysis.row_flags import cell_flags, evidence_flags
+
+    pacfl = row_flags(RUNS)[("rot", "pacfl")]
+    assert cell_flags(pacfl, "mean_accuracy") == ["one group", "below Local"]
+    assert cell_flags(pacfl, "worst_accuracy") == ["one group", "worst client 0%"]
+    assert cell_flags(pacfl, "gap") == cell_flags(pacfl, "ari_true") == ["one group"]
+    assert evidence_flags(row_flags(RUNS)[("rot", "ifca")]) == ["fewer seeds (1 of 3)"]
+    worst = next(table for table in all_tables(RUNS) if table.title.startswith("Final worst-client"))
+    pacfl_row = next(row for row in worst.rows if row[0].value == "pacfl")
+    assert "below Local" not in to_markdown([worst]) and pacfl_row[2].flags == ("one group", "worst client 0%")  # columns: ls3, rot
