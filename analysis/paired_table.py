@@ -2,9 +2,9 @@
 
 Runs with the same seed share the partition and the initialisation, so their
 differences are paired. Each method is paired on the seeds it shares with the
-reference in that setting, and the table says so wherever that is not all of the
-reference's seeds: a method with fewer shared seeds is flagged, a method with none
-gets a row saying it was not paired and why, and a setting without a run of the
+reference in that setting, and the table says so wherever that is fewer than the
+setting's runs have: such a pair is flagged, a method with no shared seed gets a
+row saying it was not paired and why, and a setting without a run of the
 reference is named in the note with the methods it leaves unpaired. A reader
 therefore sees every method the report holds, compared or not."""
 
@@ -41,6 +41,7 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
     for setting in sorted({r.setting for r in records}):
         others = sorted({method for s, method in seeds_of if s == setting} - {reference})
         reference_seeds = sorted(seeds_of.get((setting, reference), []))
+        most_seeds = max(len(seeds) for (s, _), seeds in seeds_of.items() if s == setting)
         if not reference_seeds:
             if others:
                 unpaired_settings.append(f"{setting} ({', '.join(others)})")
@@ -53,8 +54,8 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
                 table.rows.append([Text(setting), Text(method), Text("-"), *(Text("-") for _ in PAIRED_METRICS), Text("-"), Text(reason)])
                 continue
             marks = _evidence(flags, setting, reference, method)
-            if len(shared) < len(reference_seeds):
-                marks.insert(0, f"paired on fewer seeds ({len(shared)} of {reference}'s {len(reference_seeds)})")
+            if len(shared) < most_seeds:  # fewer than the reference has, or than the setting's other runs have
+                marks.insert(0, f"paired on fewer seeds ({len(shared)} of {most_seeds})")
             row = [Text(setting), Text(method, flags=tuple(marks)), Text(_seeds(shared))]
             positive, verdicts = 0, []
             pairs = [(by_key[(setting, reference, seed)].provenance, by_key[(setting, method, seed)].provenance) for seed in shared]

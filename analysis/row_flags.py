@@ -29,7 +29,7 @@ FLAG_RULES = {
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
     "fewer seeds": "fewer seeds than the most any method has in this setting",
     "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
-    "paired on fewer seeds": "the method shares fewer seeds with the reference than the reference has in this setting: its differences and verdict use the shared seeds only",
+    "paired on fewer seeds": "the method and the reference share fewer seeds than the most any method has in this setting: the differences and verdict use the shared seeds only",
 }
 # the one metric a flag is defined on; a flag not named here describes the runs behind a
 # row (how they grouped, how many there are, how many clients they scored) and marks every metric

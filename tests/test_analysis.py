@@ -138,11 +138,14 @@ def test_paired_table_lists_the_reference_minus_each_method_seed_by_seed() -> No
     fedce, ifca = ([cell.value for cell in row] for row in table.rows[:2])
     # ifca lacks seed 2: paired on seed 1 alone, and flagged so
     assert ifca[2:4] == ["1", "+10.00"] and ifca[-1] == "one seed / one seed / one seed"
-    assert table.rows[1][1].flags == ("paired on fewer seeds (1 of hdcfl's 2)",)
+    assert table.rows[1][1].flags == ("paired on fewer seeds (1 of 2)",)
     # fedce shares no seed: a row that says so, nothing compared
     assert set(fedce[2:-1]) == {"-"} and fedce[-1] == "not paired: no seed in common (hdcfl: 1 / 2; fedce: 3)"
     cells_text = [cell.value for cell in table.rows[2]]
     assert cells_text[:4] == ["S", "local", "1 / 2", "+5.00 / -2.00"] and cells_text[-2] == "1 of 2"
+    # the reference itself lacking a seed the others ran: every pair is flagged
+    short = paired_table([run("hdcfl", 1, 0.5), run("local", 1, 0.45), run("local", 2, 0.62)])
+    assert short is not None and short.rows[0][1].flags == ("paired on fewer seeds (1 of 2)",)
     assert cells_text[-1] == "indistinguishable / indistinguishable / indistinguishable"  # signs differ across seeds
     assert "same sign at every seed" in table.note
     assert paired_table([run("local", 1, 0.4)]) is None

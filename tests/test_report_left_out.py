@@ -106,9 +106,9 @@ def test_a_method_without_the_references_seeds_is_paired_on_those_it_shares_or_n
     ifca = row_of(paired, "ls1", "ifca")
     assert ifca[verdict] == "not paired: no seed in common (hdcfl: 1 / 2; ifca: 3)"
     if output_format == "csv":  # the flag is a column of its own
-        assert fedavg_se[-1] == "Method: paired on fewer seeds (1 of hdcfl's 2)"
+        assert fedavg_se[-1] == "Method: paired on fewer seeds (1 of 2)"
     else:
-        assert fedavg_se[1] == "fedavg_se [paired on fewer seeds (1 of hdcfl's 2)]"
+        assert fedavg_se[1] == "fedavg_se [paired on fewer seeds (1 of 2)]"
     assert {row[1].split(" [")[0] for row in paired[1:] if row[0] == "ls1"} == {"fedavg", "fedavg_se", "ifca", "local"}
 
 
