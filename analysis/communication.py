@@ -61,7 +61,8 @@ def communication_table(records: list[RunMetrics]) -> ReportTable | None:
         "update, in MB (10^6 bytes). Per participant-round: the run's total divided by the client updates it "
         "received, so probes sent to every client are charged to the participants. Total: up plus down over all "
         "rounds. Evaluation downloads (the models each evaluated client is sent to be scored) are counted apart. "
-        "Runs logged before these columns existed: not recorded."
+        "Not recorded: runs logged before these columns existed, and replays (hdcfl-ray ablate), which re-run a "
+        "finished run's server steps and move no bytes of their own."
     ]
     if partial:
         notes.append("Means over the seeds that recorded bytes only: " + ", ".join(partial) + ".")
