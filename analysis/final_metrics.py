@@ -245,21 +245,47 @@ def settings_and_methods(records: list[RunMetrics]) -> tuple[list[str], list[str
     return settings, methods
 
 
+def variant_base(setting: str) -> str:
+    """The setting a variant's column belongs to: its scenario's name up to the first dot
+    (`hdcfl-ray ablate` names a replay `<base>.<variant>`, `hdcfl-ray calibrate` a knob's
+    value `<base>.<knob>-<value>`), followed by what the column's name adds after the
+    scenario name (` (validation)`, ` [key=value, ...]`, whose values may hold dots
+    themselves); a column that is no variant is its own base."""
+    name, space, rest = setting.partition(" ")
+    return name.split(".", 1)[0] + space + rest
+
+
+def ranked_settings(records: list[RunMetrics]) -> list[str]:
+    """The settings ranks and macro values average over: every setting but the variants
+    of a setting the report also holds (a replay, a calibration value), which are the
+    same benchmark again: left beside it, they would outweigh it and leave every method
+    that has no such variant without a rank."""
+    settings = {r.setting for r in records}
+    return sorted(s for s in settings if variant_base(s) == s or variant_base(s) not in settings)
+
+
+def unranked_settings(records: list[RunMetrics]) -> list[str]:
+    """The variant columns ranked_settings leaves out."""
+    ranked = set(ranked_settings(records))
+    return sorted({r.setting for r in records} - ranked)
+
+
 def complete_methods(records: list[RunMetrics], metric: str = "mean_accuracy") -> tuple[list[str], list[str]]:
-    """(methods with a value in every setting of the report, methods missing one).
+    """(methods with a value in every ranked setting of the report, methods missing one).
     Averages over settings and ranks compare only the complete ones: a method's mean
     over the settings it happened to run is not comparable with one over all."""
     table = cells(records, metric)
-    settings, methods = settings_and_methods(records)
+    _, methods = settings_and_methods(records)
+    settings = ranked_settings(records)
     complete = [m for m in methods if all((s, m) in table and not math.isnan(table[(s, m)].mean) for s in settings)]
     return complete, [m for m in methods if m not in complete]
 
 
 def average_rank(records: list[RunMetrics], metric: str = "mean_accuracy") -> dict[str, float]:
-    """Rank within each setting by the mean over seeds, then averaged over settings;
-    only methods with a value in every setting are ranked (the others get NaN)."""
+    """Rank within each ranked setting (ranked_settings) by the mean over seeds, then averaged
+    over those settings; only methods with a value in each are ranked (the others get NaN)."""
     table = cells(records, metric)
-    settings, _ = settings_and_methods(records)
+    settings = ranked_settings(records)
     methods, missing = complete_methods(records, metric)
     per_method: dict[str, list[float]] = {m: [] for m in methods + missing}
     for setting in settings:
@@ -272,7 +298,7 @@ def average_rank(records: list[RunMetrics], metric: str = "mean_accuracy") -> di
 def tail_rank(records: list[RunMetrics]) -> dict[str, float]:
     """Mean over settings and over worst, bottom-20% (higher better) and gap (lower
     better) of each method's rank; only methods with every setting are ranked."""
-    settings, _ = settings_and_methods(records)
+    settings = ranked_settings(records)
     methods, missing = complete_methods(records, "mean_accuracy")
     per_method: dict[str, list[float]] = {m: [] for m in methods + missing}
     for metric in TAIL_METRICS:
@@ -288,7 +314,7 @@ def macro_average(records: list[RunMetrics], metric: str) -> dict[str, float]:
     """Per method: the mean over settings of the setting-level means (table 2, 9);
     NaN for a method without a value in every setting."""
     table = cells(records, metric)
-    settings, _ = settings_and_methods(records)
+    settings = ranked_settings(records)
     methods, missing = complete_methods(records, metric)
     result = {method: math.nan for method in missing}
     for method in methods:

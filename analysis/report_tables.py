@@ -27,6 +27,9 @@ from analysis.final_metrics import (
     personalisation_gains,
     settings_and_methods,
     tail_rank,
+    ranked_settings,
+    unranked_settings,
+    variant_base,
 )
 
 __all__ = ["ReportTable", "Text", "all_tables", "to_csv", "to_latex", "to_markdown", "to_rich"]
@@ -84,16 +87,21 @@ def _rank(value: float) -> str:
 
 
 def _missing_note(records: list[RunMetrics], metric: str) -> str:
-    """Which methods have no rank or macro value, and why."""
+    """Which columns ranks and macro values leave out, which methods have none, and why."""
+    notes = []
+    variants = unranked_settings(records)
+    if variants:
+        notes.append(
+            "Ranks and macro values leave out the variant columns of a setting here (replays, calibration values): "
+            + ", ".join(variants) + "."
+        )
     _, missing = complete_methods(records, metric)
-    if not missing:
-        return ""
-    settings, _ = settings_and_methods(records)
-    table = cells(records, metric)
-    named = [f"{m} (no {', '.join(s for s in settings if (s, m) not in table or math.isnan(table[(s, m)].mean))})" for m in missing]
-    return (
-        "Ranks and macro values compare only methods run in every setting; without them: " + "; ".join(named) + "."
-    )
+    if missing:
+        settings = ranked_settings(records)
+        table = cells(records, metric)
+        named = [f"{m} (no {', '.join(s for s in settings if (s, m) not in table or math.isnan(table[(s, m)].mean))})" for m in missing]
+        notes.append("Ranks and macro values compare only methods run in every setting; without them: " + "; ".join(named) + ".")
+    return " ".join(notes)
 
 
 def macro_table(records: list[RunMetrics]) -> ReportTable:
@@ -102,7 +110,7 @@ def macro_table(records: list[RunMetrics]) -> ReportTable:
     averages = {metric: macro_average(records, metric) for _, metric in columns}
     tails = tail_rank(records)
     result = ReportTable("Client-level results macro-averaged over settings (table 2 form)", ["Method", *[c for c, _ in columns], "Tail rank ↓"])
-    settings, _ = settings_and_methods(records)
+    settings = ranked_settings(records)  # the settings the averages are over
     flags = row_flags(records)
     for method in methods:
         # what the averages rest on: the settings where the method has fewer seeds or a sampled evaluation
@@ -129,13 +137,13 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
     refresh-to-refresh ARI where the runs logged refreshes."""
     tables = []
     settings = sorted({r.setting for r in records})
-    bases = sorted({_ablation_base(s) for s in settings if _ablation_base(s) != s})
+    bases = sorted({variant_base(s) for s in settings if variant_base(s) != s})
     accuracy = (("Mean", "mean_accuracy"), ("Worst", "worst_accuracy"), ("Bot.20%", "bottom20_accuracy"))
     diagnostics = (("Sil.", "refresh_silhouette"), ("Refresh ARI", "refresh_ari_previous"))
     by_seed = {(r.setting, r.method, r.seed): r.values.get("mean_accuracy", math.nan) for r in records}
     made_by = {(r.setting, r.method, r.seed): r.provenance for r in records}
     for base in bases:
-        members = [s for s in settings if _ablation_base(s) == base]
+        members = [s for s in settings if variant_base(s) == base]
         logged = [name for name, metric in diagnostics
                   if any(not math.isnan(r.values.get(metric, math.nan)) for r in records if r.setting in members)]
         columns = accuracy + tuple((name, metric) for name, metric in diagnostics if name in logged)
@@ -170,15 +178,6 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
                            "then mean ± std over seeds.")
         tables.append(table)
     return tables
-
-
-def _ablation_base(setting: str) -> str:
-    """The setting a replay's column belongs to: its scenario's name up to the first dot
-    (`hdcfl-ray ablate` names a replay `<base>.<variant>`), followed by what the column's
-    name adds after the scenario name (` (validation)`, ` [key=value, ...]`, whose
-    values may hold dots themselves); a column that is no replay is its own base."""
-    name, space, rest = setting.partition(" ")
-    return name.split(".", 1)[0] + space + rest
 
 
 def gain_table(records: list[RunMetrics]) -> ReportTable | None:

@@ -28,7 +28,8 @@ SAMPLED = {"eval_clients": 3}  # 3 of 8 clients scored: 37.5%
 
 def simulate(root: Path, setting: str, method: str, seed: int, label: str | None = None, **sections: dict) -> Path:
     scenario = tiny_scenario(
-        name=setting, seed=seed, algorithm={"name": method}, protocol={"rounds": 2, **sections.pop("protocol", {})},
+        name=setting, seed=seed, algorithm=sections.pop("algorithm", {"name": method}),
+        protocol={"rounds": 2, **sections.pop("protocol", {})},
         runtime={"backend": "local"}, output={"label": label} if label else {}, **sections,
     )  # fmt: skip
     run_dir = root / setting / (label or method) / f"seed{seed}"
@@ -49,6 +50,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     simulate(root / "main", "ls1", "ifca", 3, partition=ONE_CLASS)  # shares no seed with hdcfl
     simulate(root / "validation", "ls1", "hdcfl", 1, partition={**ONE_CLASS, "validation_fraction": 0.2})
     simulate(root / "validation", "ls1", "local", 1, partition={**ONE_CLASS, "validation_fraction": 0.2})
+    for seed in (1, 2):  # a test-scored calibration of one method's knob (calibrate --oracle names it so)
+        simulate(root / "oracle", "ls1.oracle.groups-3", "hdcfl", seed, partition=ONE_CLASS, algorithm={"name": "hdcfl", "hdcfl": {"groups": 3}})
     return root
 
 
@@ -187,3 +190,19 @@ def test_derived_tables_carry_the_sampled_evaluation_and_fewer_seeds_marks(runs:
     assert f"{sampled} for both" in marks(row_of(paired, "sampled", "fedavg"))  # hdcfl's runs sampled alike
     gain = table(found, "HDC-FL: gain of the prototype mixture")
     assert sampled in marks(row_of(gain, "sampled")) and sampled not in marks(row_of(gain, "ls1"))
+
+
+def test_test_scored_calibration_runs_beside_test_runs_leave_ranks_and_macro_values_alone(runs: Path) -> None:
+    alone = tables(report(runs / "main", output_format="csv"), "csv")
+    beside = tables(report(runs / "main", runs / "oracle", output_format="csv"), "csv")
+    mean_alone, mean_beside = (table(found, "Mean client test accuracy (%), mean") for found in (alone, beside))
+    assert "ls1.oracle.groups-3" in mean_beside[0] and "ls1.oracle.groups-3" not in mean_alone[0]
+
+    def ranks(rows: list[list[str]]) -> dict[str, str]:
+        return {row[0]: row[rows[0].index("Avg. rank ↓")] for row in rows[1:]}
+
+    assert ranks(mean_beside) == ranks(mean_alone)  # fedavg and local keep their ranks
+    macro = "Client-level results macro-averaged"
+    assert table(beside, macro) == table(alone, macro)
+    text = report(runs / "main", runs / "oracle", output_format="md")
+    assert "leave out the variant columns of a setting here (replays, calibration values): ls1.oracle.groups-3" in text
