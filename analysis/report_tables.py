@@ -152,10 +152,11 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
             ["Variant", "Method", *[name for name, _ in columns], "Mean minus as run (per seed)", "Verdict vs as run"],
         )
         per_metric = {metric: cells(records, metric) for _, metric in columns}
+        flags = row_flags(records)
         for setting in members:
             variant = "as run" if setting == base else setting.split(" ", 1)[0].split(".", 1)[1]
             for method in sorted({r.method for r in records if r.setting == setting}):
-                row = [Text(variant), Text(method)]
+                row = [Text(variant), Text(method, flags=tuple(evidence_flags(flags.get((setting, method)))))]
                 for _, metric in columns:
                     cell = per_metric[metric][(setting, method)]
                     scale = 100.0 if metric in dict(accuracy).values() else 1.0
@@ -176,6 +177,8 @@ def variant_tables(records: list[RunMetrics]) -> list[ReportTable]:
             table.note += (" Sil.: silhouette of each refresh's grouping in descriptor space; Refresh ARI: agreement "
                            "of consecutive refreshes' groups (1 = unchanged); each averaged over the run's refreshes, "
                            "then mean ± std over seeds.")
+        marks = flag_note(row[1].flags for row in table.rows)
+        table.note += f" {marks}" if marks else ""
         tables.append(table)
     return tables
 
