@@ -73,8 +73,8 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
     if not table.rows:
         return None
     notes = [
-        f"Each cell lists {reference}'s final score minus the method's, seed by seed in the order of the Seeds column: the "
-        f"seeds both ran in that setting. Verdict of {reference} against the method, per metric: {RULE}."
+        (f"Each cell lists {reference}'s final score minus the method's, seed by seed in the order of the Seeds column: "
+         f"the seeds both ran in that setting. Verdict of {reference} against the method, per metric: {RULE}.")
     ]
     if any(row[-1].value.startswith(NOT_PAIRED) for row in table.rows):
         notes.append(f"A row '{NOT_PAIRED}' is a method with no seed in common with {reference} in that setting: nothing compares them.")

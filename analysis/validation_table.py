@@ -36,9 +36,9 @@ def validation_table(records: list[RunMetrics]) -> ReportTable | None:
     table.note = " ".join(
         note
         for note in (
-            "These runs set partition.validation_fraction: each client was scored on a share of its own training images "
-            "held out of its training, the evidence a knob is calibrated on (hdcfl-ray calibrate). They enter no "
-            "test-accuracy table, no average rank and no macro value; Local here is Local's validation score.",
+            ("These runs set partition.validation_fraction: each client was scored on a share of its own training images "
+             "held out of its training, the evidence a knob is calibrated on (hdcfl-ray calibrate). They enter no "
+             "test-accuracy table, no average rank and no macro value; Local here is Local's validation score."),
             flag_note(cell.flags for row in table.rows for cell in row),
         )
         if note
