@@ -327,7 +327,9 @@ def report(
     keep_duplicate: "newest" or "oldest", which of two runs of the same method, setting and
     seed to keep; without it such runs raise ScenarioError naming both folders.
     Runs are averaged only where their resolved scenarios agree in all but the seed and the
-    keys a rerun may change. Unfinished runs are left out (with a warning)."""
+    keys a rerun may change. Unfinished runs are left out (with a warning); runs scored on
+    validation images are listed in a table of their own, never in a test table, rank or
+    macro value (docs/cli.md, "What a report says it left out")."""
     from analysis.final_metrics import run_metrics
     from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
     from analysis.runs import left_out_note, load_runs, unfinished
