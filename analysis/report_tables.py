@@ -275,7 +275,7 @@ def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
         for note in (
             "Groups: distinct groups among the clients' final assignments (argmax membership for soft methods); ARI 1 = the "
             "planted groups exactly, 0 = chance.",
-            flag_note({key: found for key, found in flags.items() if key in {(r.setting, r.method) for r in grouped}}),
+            flag_note(flags.get((r.setting, r.method), []) for r in grouped),
         )
         if note
     )

@@ -92,10 +92,9 @@ def evidence_flags(found: list[str] | None) -> list[str]:
     return [flag for flag in found or [] if flag_name(flag) in EVIDENCE_FLAGS]
 
 
-def flag_note(shown: Iterable[Iterable[str]] | dict[tuple[str, str], list[str]]) -> str:
-    """The rules of the flags shown (each cell's flags, or a dict of them), for a table's note ('' when none is)."""
-    groups = shown.values() if isinstance(shown, dict) else shown
-    used = {flag_name(flag) for flags in groups for flag in flags}
+def flag_note(shown: Iterable[Iterable[str]]) -> str:
+    """The rules of the flags shown (each cell's flags), for a table's note ('' when none is)."""
+    used = {flag_name(flag) for flags in shown for flag in flags}
     rules = [f"[{name}] {rule}" for name, rule in FLAG_RULES.items() if name in used]
     return ("Flags: " + "; ".join(rules) + ".") if rules else ""
 

@@ -12,22 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.driver import prepare_run, run_simulation
-from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests import report_runs
 
 ONE_GROUP = {"proximity": "elementwise", "threshold": 179.0, "threshold_unit": "degrees"}  # every client merged
 
 
 def simulate(root: Path, setting: str, method: str, seed: int, **sections: object) -> Path:
-    scenario = tiny_scenario(
-        name=setting, seed=seed, algorithm={"name": method, "pacfl": ONE_GROUP},
-        protocol={"rounds": 2, **sections.pop("protocol", {})}, runtime={"backend": "local"}, **sections,
-    )  # fmt: skip
-    run_dir = root / setting / method / f"seed{seed}"
-    run_simulation(prepare_run(build_scenario(scenario)), run_dir, QuietObserver())
-    return run_dir
+    return report_runs.simulate(root, setting, method, seed, method_sections={"pacfl": ONE_GROUP}, **sections)
 
 
 @pytest.fixture(scope="module")

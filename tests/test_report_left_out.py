@@ -15,26 +15,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.runtime.driver import prepare_run, run_simulation
-from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.report_runs import simulate
 
 FORMATS = ("md", "csv", "latex")
 # one class per client: Local predicts its one class, FedAvg's shared model misses whole clients
 ONE_CLASS = {"kind": "label_subset", "k": 1, "num_clients": 8, "test_per_client": 30}
 SAMPLED = {"eval_clients": 3}  # 3 of 8 clients scored: 37.5%
-
-
-def simulate(root: Path, setting: str, method: str, seed: int, label: str | None = None, **sections: dict) -> Path:
-    scenario = tiny_scenario(
-        name=setting, seed=seed, algorithm=sections.pop("algorithm", {"name": method}),
-        protocol={"rounds": 2, **sections.pop("protocol", {})},
-        runtime={"backend": "local"}, output={"label": label} if label else {}, **sections,
-    )  # fmt: skip
-    run_dir = root / setting / (label or method) / f"seed{seed}"
-    run_simulation(prepare_run(build_scenario(scenario)), run_dir, QuietObserver())
-    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +37,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     simulate(root / "validation", "ls1", "hdcfl", 1, partition={**ONE_CLASS, "validation_fraction": 0.2})
     simulate(root / "validation", "ls1", "local", 1, partition={**ONE_CLASS, "validation_fraction": 0.2})
     for seed in (1, 2):  # a test-scored calibration of one method's knob (calibrate --oracle names it so)
-        simulate(root / "oracle", "ls1.oracle.groups-3", "hdcfl", seed, partition=ONE_CLASS, algorithm={"name": "hdcfl", "hdcfl": {"groups": 3}})
+        simulate(root / "oracle", "ls1.oracle.groups-3", "hdcfl", seed, partition=ONE_CLASS, method_sections={"hdcfl": {"groups": 3}})
     return root
 
 

@@ -17,7 +17,7 @@ from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
 from hdcfl_ray.runtime.client.batched_training import TrainRequest, batchable, train_alone
-from hdcfl_ray.runtime.client.local_training import evaluate, restricted_predictions
+from hdcfl_ray.runtime.client.local_training import check_sample_weights, evaluate, restricted_predictions
 
 if TYPE_CHECKING:
     from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch, PendingScore
@@ -122,8 +122,6 @@ class HostClientContext:
         """Train the loaded model with the protocol's optimizer (fresh state) and batch size;
         `sample_weights` weight each sample's loss (see `train_locally`)."""
         inputs, labels = data if data is not None else self.train_data()
-        if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
-            raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
         request = TrainRequest(
             model=self.model,
             inputs=inputs,
@@ -140,6 +138,7 @@ class HostClientContext:
         if self._training_slot is not None and batchable(request.optimizer_config, regulariser):
             if not (train_head or train_encoder):
                 raise ValueError("nothing to train: both encoder and head are frozen")
+            check_sample_weights(sample_weights, inputs)  # train_alone checks in train_locally
             stats = self._training_slot.train(request)
         else:
             stats = train_alone(request)

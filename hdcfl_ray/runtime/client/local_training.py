@@ -97,6 +97,12 @@ class DeviceTally:
         return float(self.loss_sum)
 
 
+def check_sample_weights(sample_weights: torch.Tensor | None, inputs: torch.Tensor) -> None:
+    """One weight per training sample, or none (ValueError otherwise)."""
+    if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
+        raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
+
+
 def train_locally(
     model: SplitModel,
     inputs: torch.Tensor,
@@ -136,8 +142,7 @@ def train_locally(
         raise ValueError("nothing to train: both encoder and head are frozen")
     optimizer = make_optimizer(parameters, optimizer_config)
     loss_fn = nn.CrossEntropyLoss()
-    if sample_weights is not None and int(sample_weights.shape[0]) != int(inputs.shape[0]):
-        raise ValueError(f"sample_weights has {int(sample_weights.shape[0])} entries for {int(inputs.shape[0])} samples")
+    check_sample_weights(sample_weights, inputs)
     num_samples = int(inputs.shape[0])
     # Under a float16 autocast (runtime.precision) the loss is scaled; bfloat16 needs no scaling.
     scaler = LossScaler() if active_half_precision() == torch.float16 else None
