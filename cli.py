@@ -179,6 +179,12 @@ def simulate(
     overrides: Optional[List[str]] = SetOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: <output.dir>/<name>-<algorithm>-seed<seed>-<time>)."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the killed run in this run directory from its last checkpoint."),
+    allow_layout_change: bool = typer.Option(
+        False,
+        "--allow-layout-change",
+        help="With --resume: let a batched run go on with its clients on other hosts (other batches, other bits); "
+        "the manifest records the change and reports mark the run.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view or summary; print only the run directory."),
 ) -> None:
     """Run one simulation and write its run directory (scenario, manifest, Parquet tables).
@@ -189,7 +195,7 @@ def simulate(
     seen: dict[str, Any] = {}
     with stop_signals():  # from here on, a stop signal unwinds the run instead of killing it
         try:
-            _simulate(scenario_file, overrides, out, resume, quiet, seen)
+            _simulate(scenario_file, overrides, out, resume, quiet, seen, allow_layout_change)
         except KeyboardInterrupt as interrupt:
             _stopped_by_signal(interrupt, seen)
 
@@ -222,7 +228,13 @@ def _stopped_by_signal(interrupt: KeyboardInterrupt, seen: dict[str, Any]) -> No
 
 
 def _simulate(
-    scenario_file: Optional[Path], overrides: Optional[List[str]], out: Optional[Path], resume: Optional[Path], quiet: bool, seen: dict[str, Any]
+    scenario_file: Optional[Path],
+    overrides: Optional[List[str]],
+    out: Optional[Path],
+    resume: Optional[Path],
+    quiet: bool,
+    seen: dict[str, Any],
+    allow_layout_change: bool = False,
 ) -> None:
     from hdcfl_ray.config import load_scenario
     from hdcfl_ray.runtime.driver import check_run_dir_free, default_run_dir, prepare_run, resumable_run, run_simulation
@@ -234,6 +246,8 @@ def _simulate(
                 raise ScenarioError("--resume RUN_DIR takes neither a scenario file nor --out: the run directory holds both")
             # refuses --set keys and edits of scenario.yaml that would change the results
             scenario = resumable_run(resume, list(overrides or []))
+        elif allow_layout_change:
+            raise ScenarioError("--allow-layout-change goes with --resume RUN_DIR: a new run has no layout to change")
         elif scenario_file is None:
             raise ScenarioError("give a scenario file (hdcfl-ray simulate SCENARIO) or --resume RUN_DIR")
         else:
@@ -257,7 +271,7 @@ def _simulate(
             highlight=False,
         )
     try:
-        summary = run_simulation(prepared, run_dir, observer, resume=resume is not None)
+        summary = run_simulation(prepared, run_dir, observer, resume=resume is not None, allow_layout_change=allow_layout_change)
     except ScenarioError as error:
         if isinstance(observer, LiveView):
             observer.abort()
@@ -303,6 +317,7 @@ def pretrain(
         if epochs < 1:
             raise ScenarioError(f"--epochs {epochs}: give at least 1")
         check_writable(out, "--out", "file")  # before training, not after every epoch has run
+        _pin_for_portable([scenario], "pretraining")  # runtime.portable: the same weights on every machine
         summary = run_pretraining(scenario, out, epochs=epochs, batch_size=batch_size, lr=lr, transform=transform, progress=show)  # type: ignore[arg-type]
     except ScenarioError as error:
         _fail_bad_input(error)

@@ -86,6 +86,8 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)
+        # resumes that went on with the clients on other hosts (simulate --allow-layout-change)
+        values["host_layout_changes"] = float(len(run.manifest.get("host_layout_changes") or []))
         scored_on = SCORED_ON_VALIDATION if run.scored_on_validation else SCORED_ON_TEST
         records.append(
             RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs"), scored_on)

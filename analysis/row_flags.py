@@ -29,6 +29,7 @@ FLAG_RULES = {
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
     "fewer seeds": "fewer seeds than the most any method has in this setting",
     "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
+    "host layout changed": "a batched run was resumed with its clients on other hosts (simulate --resume --allow-layout-change), so from then on they trained in other batches than an uninterrupted run's; its numbers are not that run's bits (in at least one seed)",
     "paired on fewer seeds": "the method and the reference share fewer seeds than the most any method has in this setting: the differences and verdict use the shared seeds only",
 }
 # the one metric a flag is defined on; a flag not named here describes the runs behind a
@@ -36,7 +37,7 @@ FLAG_RULES = {
 FLAG_METRICS = {"worst client 0%": "worst_accuracy", "below Local": "mean_accuracy"}
 # the flags that say how much evidence is behind a number, which every table derived from
 # the runs (macro averages, paired differences, gains) repeats
-EVIDENCE_FLAGS = ("fewer seeds", "sampled evaluation")
+EVIDENCE_FLAGS = ("fewer seeds", "sampled evaluation", "host layout changed")
 
 
 def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
@@ -62,6 +63,9 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
         sampled = [_value(r, "evaluated_fraction") for r in runs if _value(r, "evaluated_fraction") < 1.0]
         if sampled:
             found.append(f"sampled evaluation ({100 * min(sampled):.3g}% of the clients)")
+        changed = sum(1 for r in runs if _value(r, "host_layout_changes") > 0)
+        if changed:
+            found.append(f"host layout changed ({changed} of {len(runs)} seed{'' if len(runs) == 1 else 's'})")
         if found:
             flags[(setting, method)] = found
     return flags

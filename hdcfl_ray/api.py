@@ -130,6 +130,8 @@ def simulate(
     resolved = resolve_scenario(scenario, overrides)
     run_dir = Path(out) if out is not None else default_run_dir(resolved)
     check_run_dir_free(run_dir)
+    if _needs_pinned_process([resolved]):
+        return _simulate_pinned(resolved, run_dir, progress, plugins)
     prepared = prepare_run(resolved)
     observer: Any
     if progress:
@@ -151,6 +153,45 @@ def simulate(
             observer.abort()
         raise
     return Run(run_dir, prepared.notices + tuple(getattr(observer, "notices", ())))
+
+
+def _needs_pinned_process(scenarios: Iterable["Scenario"]) -> bool:
+    """Whether these runs ask for portable arithmetic that this process cannot give:
+    its math libraries fixed their instruction sets when they loaded, so the runs go to
+    a fresh process started with the portable environment (portable/child.py). Raises
+    ScenarioError for runs that mix the modes, or a CPU that cannot run portably."""
+    from hdcfl_ray.portable.process import machine_problem, unpinned_libraries
+    from hdcfl_ray.portable.restart import uniform_portable
+
+    if not uniform_portable(scenarios, "the call"):
+        return False
+    problem = machine_problem()
+    if problem is not None:
+        raise ScenarioError(problem)
+    return bool(unpinned_libraries())
+
+
+def _plugin_arguments(plugins: Sequence[str]) -> list[str]:
+    from hdcfl_ray.plugins import named_modules
+
+    return [argument for module in dict.fromkeys([*named_modules(), *plugins]) for argument in ("--plugin", module)]
+
+
+def _simulate_pinned(resolved: "Scenario", run_dir: Path, progress: bool, plugins: Sequence[str]) -> Run:
+    """The portable run in a fresh pinned process (`hdcfl-ray simulate`), read back here."""
+    import tempfile
+
+    from hdcfl_ray.config.loading import scenario_to_yaml
+    from hdcfl_ray.portable.child import run_command_pinned
+
+    printer = _printer(progress)
+    printer("runtime.portable: this Python was not started with the portable environment; the run goes to a fresh pinned process")
+    with tempfile.TemporaryDirectory(prefix="hdcfl-ray-portable-") as folder:
+        path = Path(folder) / "scenario.yaml"
+        path.write_text(scenario_to_yaml(resolved), encoding="utf-8")
+        arguments = [*_plugin_arguments(plugins), "simulate", str(path), "--out", str(run_dir), *([] if progress else ["--quiet"])]
+        run_command_pinned(arguments, print if progress else None)
+    return Run(run_dir)
 
 
 def load_plugins(modules: Iterable[str]) -> None:
@@ -286,6 +327,8 @@ def sweep(
             raise ScenarioError("out: the sweep folder is required (sweep(files, out=SWEEP_DIR))")
         plan = SweepPlan(tuple(files), algorithm_names, seed_values, override_texts, Path(out))
     runs = expand(plan)
+    if _needs_pinned_process([run.scenario for run in runs]):
+        return _sweep_pinned(plan, runs, parallel, replace_changed, progress)
     printer = _printer(progress)
     printer(f"sweep: {len(runs)} runs into {plan.out}")
     finished = {"count": 0}
@@ -305,6 +348,51 @@ def sweep(
         completed=list(outcome.completed),
         skipped=list(outcome.skipped),
         failed=dict(outcome.failed),
+    )
+
+
+def _sweep_pinned(plan: Any, runs: list[Any], parallel: int | None, replace_changed: bool, progress: bool) -> SweepResult:
+    """A portable sweep in a fresh pinned process (`hdcfl-ray sweep`), its outcome read
+    from the runs' folders here."""
+    from hdcfl_ray.logs.manifest import read_manifest
+    from hdcfl_ray.portable.child import run_command_pinned
+    from hdcfl_ray.sweep.index import run_status
+
+    before = {run.key: run_status(run) for run in runs}
+    arguments = ["sweep", *map(str, plan.scenario_files), "--out", str(plan.out)]
+    if plan.algorithms:
+        arguments += ["--algorithms", ",".join(plan.algorithms)]
+    if plan.seeds:
+        arguments += ["--seeds", ",".join(map(str, plan.seeds))]
+    for override in plan.overrides:
+        arguments += ["--set", override]
+    if parallel is not None:
+        arguments += ["--parallel", str(parallel)]
+    if replace_changed:
+        arguments.append("--replace-changed")
+    if not progress:
+        arguments.append("--quiet")
+    _printer(progress)("runtime.portable: this Python was not started with the portable environment; the sweep goes to a fresh pinned process")
+    try:
+        run_command_pinned(arguments, print if progress else None)
+    except RuntimeError:  # exit 1: some runs failed; the others are read back below
+        pass
+    completed, skipped, failed = [], [], {}
+    for run in runs:
+        manifest = read_manifest(run.run_dir) if (run.run_dir / "manifest.json").is_file() else None
+        status = (manifest or {}).get("status")
+        if before[run.key] == "completed":
+            skipped.append(run.key)
+        elif status == "completed":
+            completed.append(run.key)
+        else:
+            failed[run.key] = str((manifest or {}).get("error") or f"status {status or 'not started'}")
+    return SweepResult(
+        dir=plan.out,
+        runs=[Run(run.run_dir) for run in runs if (run.run_dir / "scenario.yaml").is_file()],
+        completed=completed,
+        skipped=skipped,
+        failed=failed,
     )
 
 

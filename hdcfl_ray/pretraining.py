@@ -93,6 +93,7 @@ def pretrain(
 
     from hdcfl_ray.data.sources import load_pretrain_pool
     from hdcfl_ray.models import build_split_model
+    from hdcfl_ray.portable.machine import arithmetic_facts
     from hdcfl_ray.runtime.backends.choice import local_cpus
     from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
     from hdcfl_ray.runtime.client.local_training import evaluate, train_locally
@@ -102,13 +103,17 @@ def pretrain(
         raise ScenarioError(f"--epochs: {epochs}; train at least one epoch")
     if Path(out).is_dir():
         raise ScenarioError(f"--out {out}: this is a folder; give the weights file's name, e.g. {Path(out) / 'pool.pt'}")
+    runtime = scenario.runtime
+    if runtime.portable:  # the same weights on every machine: pinned libraries, one thread, float32
+        from hdcfl_ray.portable import require_pinned_process
+
+        require_pinned_process("pretraining")
     started = time.perf_counter()
     pool = load_pretrain_pool(scenario.dataset, scenario.seed)
-    runtime = scenario.runtime
-    torch.set_num_threads(local_cpus(runtime))
+    torch.set_num_threads(1 if runtime.portable else local_cpus(runtime))
     device = choose_device(runtime)
     configure_cuda(runtime, device)
-    precision = resolve_precision(runtime.precision, device)
+    precision = resolve_precision("fp32" if runtime.portable else runtime.precision, device)
     # from the seeded initialisation, whatever model.pretrained names (perhaps this very file)
     model = build_split_model(
         scenario.model.model_copy(update={"pretrained": None}), in_channels=pool.channels, num_classes=pool.num_classes, seed=scenario.seed
@@ -148,6 +153,10 @@ def pretrain(
         "precision": precision,
         "test_accuracy": float(reports[-1].test_accuracy),
         "test_images": int(len(pool.test_labels)),
+        # the mode, the CPU and the instruction sets the weights were computed with, as a run's manifest records them
+        "arithmetic": arithmetic_facts(runtime.portable),
+        "torch_threads": int(torch.get_num_threads()),
+        "device": str(device),
     }
     content = {
         "encoder": {key: value.detach().cpu() for key, value in model.encoder.state_dict().items()},

@@ -101,14 +101,22 @@ def quickstart_rows(method: str, run_dir: Path, portable: bool = False) -> list[
 
 
 def _restart_pinned(arguments: list[str]) -> None:
-    """This command again, started with the portable environment (unless it was)."""
+    """This command again, started with the portable environment, at most once: a
+    process that was restarted and still is not pinned stops and says which library
+    ignored its pin (restarting again would loop without end)."""
+    import json
     import os
 
     from hdcfl_ray.portable.environment import portable_environment
-    from hdcfl_ray.portable.process import unpinned_libraries
+    from hdcfl_ray.portable.process import require_pinned_process, unpinned_libraries
+    from hdcfl_ray.portable.restart import RESTARTED
 
-    if unpinned_libraries():
-        os.execve(sys.executable, [sys.executable, "-m", "tests.bit_reference", *arguments], {**os.environ, **portable_environment()})
+    if not unpinned_libraries():
+        return
+    if RESTARTED in os.environ:
+        require_pinned_process("the restarted tests.bit_reference")
+    environment = {**os.environ, **portable_environment(), RESTARTED: json.dumps({})}
+    os.execve(sys.executable, [sys.executable, "-m", "tests.bit_reference", *arguments], environment)
 
 
 def main(arguments: list[str]) -> None:

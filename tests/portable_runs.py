@@ -78,14 +78,18 @@ def imitating(machine: str) -> dict[str, str]:
     return {**environment, **MACHINES[machine]}
 
 
-def simulate(scenario: dict[str, Any], run_dir: Path, machine: str, *overrides: str, timeout: float = 600) -> Path:
-    """`hdcfl-ray simulate` of `scenario` into `run_dir`, in a process imitating `machine`."""
+def simulate(
+    scenario: dict[str, Any], run_dir: Path, machine: str, *overrides: str, timeout: float = 600, extra_environment: dict[str, str] | None = None
+) -> Path:
+    """`hdcfl-ray simulate` of `scenario` into `run_dir`, in a process imitating `machine`
+    (and given `extra_environment`, such as a library to preload)."""
     path = run_dir.parent / f"{run_dir.name}.yaml"
     path.write_text(yaml.safe_dump(scenario, sort_keys=False))
     command = [sys.executable, "-m", "cli", "simulate", str(path), "--out", str(run_dir), "--quiet"]
     for override in overrides:
         command += ["--set", override]
-    completed = subprocess.run(command, cwd=REPO, env=imitating(machine), capture_output=True, text=True, timeout=timeout)
+    environment = {**imitating(machine), **(extra_environment or {})}
+    completed = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout)
     assert completed.returncode == 0, f"{machine}: {completed.stderr[-4000:]}"
     return run_dir
 

@@ -24,6 +24,7 @@ import yaml
 from hdcfl_ray.portable.environment import portable_environment
 from tests.bit_reference import PORTABLE_GOLDEN
 from tests.portable_runs import MACHINES, REPO, clients_rows, quickstart, resnet_round, simulate
+from tests.portable_runs import imitating as imitating_machine
 
 PORTABLE, DEFAULT = "runtime.portable=true", "runtime.portable=false"
 
@@ -43,7 +44,7 @@ def test_quickstart_rounds_have_the_same_bits_on_a_machine_without_avx2_caps_and
     record = manifest["arithmetic"]
     assert record["portable"] and record["pinned"] == portable_environment()
     assert record["replaced"] == {"MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}  # the caps the pins overrode
-    assert record["in_effect"]["aten"] == "AVX2" and record["in_effect"]["mkl"] == "AVX2,STRICT"
+    assert record["in_effect"]["aten"] == "AVX2" and record["in_effect"]["mkl"] == portable_environment()["MKL_CBWR"]
     assert all(host["arithmetic"]["portable"] and host["torch_threads"] == 1 for host in manifest["client_host_hardware"])
 
 
@@ -101,13 +102,11 @@ def test_ray_hosts_on_nodes_started_under_other_caps_compute_the_local_backends_
     assert [tuple(row) for row in cluster["portable"]["rows"]] == local_portable
 
 
-def _portable_rows(methods: list[str], machine: str) -> dict[str, list]:
+def _portable_rows(methods: list[str], machine: str, extra_environment: dict[str, str] | None = None) -> dict[str, list]:
     """`python -m tests.bit_reference --portable --print METHODS` under `machine`'s caps."""
-    from tests.portable_runs import imitating
-
     completed = subprocess.run(
         [sys.executable, "-m", "tests.bit_reference", "--portable", "--print", *methods],
-        cwd=REPO, env=imitating(machine), capture_output=True, text=True, timeout=900,
+        cwd=REPO, env={**imitating_machine(machine), **(extra_environment or {})}, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-4000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
@@ -115,11 +114,53 @@ def _portable_rows(methods: list[str], machine: str) -> dict[str, list]:
 
 def test_portable_bits_equal_the_one_golden_file_of_every_machine() -> None:
     """HDC-FL (the server's numpy eigendecomposition) and PACFL (numpy SVDs), under an
-    imitated AVX2 machine: the golden file was recorded on an Intel Xeon with AMX."""
+    imitated AVX2 machine: the golden file was recorded on an AMD EPYC (Zen 4), and an
+    Intel Xeon and an AVX2-only EPYC must compute it too."""
     golden = json.loads(PORTABLE_GOLDEN.read_text())
     rows = _portable_rows(["hdcfl", "pacfl"], "avx2")
     for method, method_rows in rows.items():
-        assert method_rows == golden[method], f"{method}: portable bits moved"
+        assert method_rows == golden[method], f"{method}: portable bits moved on {_machine()}"
+
+
+def _machine() -> str:
+    from hdcfl_ray.portable.machine import cpu_facts, mkl_reproducibility
+
+    cpu = cpu_facts()
+    return f"{cpu['model']} ({cpu['vendor']}; {', '.join(cpu['instruction_sets'])}; MKL branch unpinned: {mkl_reproducibility()})"
+
+
+def test_the_default_mode_differs_from_the_golden_portable_bits_under_a_cap() -> None:
+    """So the golden test above can fail: the same runs in the default mode, capped as
+    an AVX2 machine, are not the portable bits."""
+    golden = json.loads(PORTABLE_GOLDEN.read_text())
+    completed = subprocess.run(
+        [sys.executable, "-c", "import json, sys, tempfile; from pathlib import Path; from tests.bit_reference import quickstart_rows; "
+         "print(json.dumps(quickstart_rows('fedavg', Path(tempfile.mkdtemp()) / 'run')))"],
+        cwd=REPO, env=imitating_machine("avx2"), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) != golden["fedavg"]
+
+
+def test_mkl_told_it_runs_on_the_other_vendor_moves_the_default_bits_but_not_the_portable_ones(tmp_path: Path) -> None:
+    """What caps cannot imitate: MKL dispatches by vendor. Told it runs on the other
+    vendor's CPU (tests/mkl_vendor.py), it changes a default-mode run; the portable
+    run keeps the golden file's bits."""
+    from tests import mkl_vendor
+
+    if mkl_vendor.compiler() is None:
+        pytest.skip("needs a C compiler (cc or gcc) to build the library that tells MKL another vendor; none on PATH")
+    library = mkl_vendor.other_vendor_library(tmp_path)
+    other = {"LD_PRELOAD": str(library)}
+    here_default = clients_rows(simulate(quickstart(), tmp_path / "default-here", "this machine", DEFAULT))
+    other_default = clients_rows(simulate(quickstart(), tmp_path / "default-other", "this machine", DEFAULT, extra_environment=other))
+    assert here_default != other_default, (
+        f"MKL told it runs on {mkl_vendor.other_vendor()} should compute differently on {_machine()}, or this test proves nothing"
+    )
+    golden = json.loads(PORTABLE_GOLDEN.read_text())
+    rows = _portable_rows(["hdcfl", "fedavg"], "this machine", extra_environment=other)
+    for method, method_rows in rows.items():
+        assert method_rows == golden[method], f"{method}: portable bits moved with MKL told it runs on {mkl_vendor.other_vendor()}"
 
 
 @pytest.mark.slow
@@ -131,3 +172,39 @@ def test_every_method_has_the_golden_portable_bits() -> None:
     rows = _portable_rows(sorted(method_names()), "avx512, no amx, 4 threads")
     moved = [method for method in rows if rows[method] != golden[method]]
     assert not moved, f"portable bits moved: {moved}"
+
+
+def _pretrained_weights(tmp_path: Path, name: str, machine: str, *overrides: str) -> dict:
+    """`hdcfl-ray pretrain` of a small digits pool in a fresh process imitating `machine`."""
+    import torch
+
+    from tests.conftest import tiny_scenario
+    from tests.portable_runs import imitating
+
+    scenario = tiny_scenario(dataset={"name": "digits", "pretrain_pool": 0.25}, protocol={"batch_size": 16}, runtime={"num_cpus": 2})
+    path, weights = tmp_path / f"{name}.yaml", tmp_path / f"{name}.pt"
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    command = [sys.executable, "-m", "cli", "pretrain", str(path), "--out", str(weights), "--epochs", "2"]
+    for override in overrides:
+        command += ["--set", override]
+    completed = subprocess.run(command, cwd=REPO, env=imitating(machine), capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, f"{machine}: {completed.stderr[-4000:]}"
+    return torch.load(weights, weights_only=True)
+
+
+def test_portable_pretraining_gives_the_same_weights_under_other_caps_and_records_its_arithmetic(tmp_path: Path) -> None:
+    import torch
+
+    def same(first: dict, second: dict) -> bool:
+        return all(torch.equal(first[part][key], second[part][key]) for part in ("encoder", "head") for key in first[part])
+
+    default_here = _pretrained_weights(tmp_path, "default-here", "this machine", DEFAULT)
+    default_other = _pretrained_weights(tmp_path, "default-other", "sse", DEFAULT)
+    assert not same(default_here, default_other), "the caps must change the default mode's weights, or this test proves nothing"
+    portable_here = _pretrained_weights(tmp_path, "portable-here", "this machine", PORTABLE)
+    portable_other = _pretrained_weights(tmp_path, "portable-other", "avx2", PORTABLE)
+    assert same(portable_here, portable_other)
+    record = portable_other["pretrain"]["arithmetic"]
+    assert record["portable"] and record["pinned"] == portable_environment() and portable_other["pretrain"]["torch_threads"] == 1
+    assert record["in_effect"]["mkl"] in (None, portable_environment()["MKL_CBWR"])
+    assert default_here["pretrain"]["arithmetic"]["portable"] is False

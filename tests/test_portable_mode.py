@@ -61,14 +61,28 @@ def test_the_environment_printed_for_a_python_session_is_the_portable_one() -> N
     assert " " not in printed.replace("\n", "")  # `env $(python -m hdcfl_ray.portable) ...` splits on spaces
 
 
-def test_a_python_session_started_without_the_pins_refuses_a_portable_run(tmp_path: Path) -> None:
+def test_a_python_session_started_without_the_pins_runs_a_portable_run_in_a_pinned_process(tmp_path: Path) -> None:
+    """A notebook's kernel loaded its math libraries unpinned: the API runs the portable
+    run in a fresh pinned process, with the command's bits."""
+    import hdcfl_ray
+    from hdcfl_ray.portable.process import unpinned_libraries
+    from tests.portable_runs import clients_rows, simulate
+
+    assert unpinned_libraries(), "the test session must not be pinned, or this test proves nothing"
+    scenario = tiny_scenario(runtime={"portable": True, "backend": "local"}, protocol={"rounds": 2}, output={"dir": str(tmp_path)})
+    run = hdcfl_ray.simulate(scenario, out=tmp_path / "api", progress=False)
+    assert run.status == "completed" and run.manifest["arithmetic"]["portable"]
+    assert run.manifest["arithmetic"]["in_effect"]["aten"] == "AVX2"
+    command = simulate(scenario, tmp_path / "command", "this machine")
+    assert clients_rows(run.dir) == clients_rows(command)
+
+
+def test_a_portable_run_with_bad_input_in_the_pinned_process_raises_the_commands_error(tmp_path: Path) -> None:
     import hdcfl_ray
 
-    scenario = tiny_scenario(runtime={"portable": True, "backend": "local"}, output={"dir": str(tmp_path)})
-    with pytest.raises(ScenarioError) as refused:
+    scenario = tiny_scenario(runtime={"portable": True, "backend": "local"}, dataset={"name": "parquet_images", "path": str(tmp_path / "absent")})
+    with pytest.raises(ScenarioError, match="absent"):
         hdcfl_ray.simulate(scenario, out=tmp_path / "run", progress=False)
-    message = str(refused.value)
-    assert "runtime.portable: true" in message and "env $(python -m hdcfl_ray.portable)" in message
     assert not (tmp_path / "run").exists()
 
 
@@ -91,6 +105,23 @@ def test_a_restarted_command_still_unpinned_says_why_instead_of_restarting_again
     monkeypatch.setenv(restart.RESTARTED, "{}")
     with pytest.raises(ScenarioError, match="did not start with the portable environment"):
         restart.restart_pinned_if_needed([build_scenario(tiny_scenario(runtime={"portable": True}))])
+
+
+def test_a_library_that_ignores_its_pin_is_named_without_telling_the_user_to_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started with every pin and still computing elsewhere (MKL ignoring a branch it
+    honours on one vendor only, as MKL_CBWR=AVX2 did on AMD): restarting cannot help."""
+    from hdcfl_ray.portable import process
+
+    monkeypatch.setattr(restart.os, "execve", lambda *args: pytest.fail("restarted twice"))
+    monkeypatch.setenv(restart.RESTARTED, "{}")
+    monkeypatch.setattr(process, "initial_environment", lambda: dict(portable_environment()))
+    monkeypatch.setattr(process, "unpinned_libraries", lambda: ["MKL's reproducibility branch is auto,STRICT"])
+    monkeypatch.setattr(restart, "unpinned_libraries", lambda: ["MKL's reproducibility branch is auto,STRICT"])
+    with pytest.raises(ScenarioError) as refused:
+        restart.restart_pinned_if_needed([build_scenario(tiny_scenario(runtime={"portable": True}))])
+    message = str(refused.value)
+    assert "MKL's reproducibility branch is auto,STRICT" in message and "ignores its pin" in message
+    assert "env $(python -m hdcfl_ray.portable)" not in message
 
 
 def test_one_command_runs_portable_and_default_runs_apart() -> None:

@@ -154,3 +154,32 @@ def test_float16_training_scales_the_loss_and_still_learns() -> None:
             last = train_locally(model, inputs, labels, epochs=1, batch_size=16, optimizer_config=optimizer, generator=generator)
     assert np.isfinite(last.mean_loss) and last.mean_loss < first.mean_loss
     assert all(p.dtype == torch.float32 for p in model.encoder.parameters())
+
+
+@pytest.mark.parametrize(
+    ("instruction_sets", "runtime", "told"),
+    [
+        (["avx2", "fma"], {"precision": "bf16"}, True),  # an AVX2 EPYC: emulated
+        (["avx2", "fma", "avx512f", "avx512_bf16"], {"precision": "bf16"}, False),
+        (["avx2", "fma", "avx512f", "amx_tile", "amx_bf16"], {"precision": "bf16"}, False),
+        (["avx2", "fma"], {"precision": "auto"}, False),  # auto picks fp32 there itself
+        (["avx2", "fma"], {"precision": "fp32"}, False),
+        (["avx2", "fma"], {"precision": "bf16", "num_gpus_per_actor": 1, "backend": "ray"}, False),  # hosts on CUDA
+    ],
+)
+def test_bf16_on_a_cpu_that_emulates_it_is_named_at_start_with_the_alternative(
+    monkeypatch: pytest.MonkeyPatch, instruction_sets: list[str], runtime: dict, told: bool
+) -> None:
+    from hdcfl_ray.config import machine_checks
+    from hdcfl_ray.portable import machine
+
+    cpu = {"architecture": "x86_64", "vendor": "AuthenticAMD", "model": "AMD EPYC 7B13", "instruction_sets": instruction_sets}
+    monkeypatch.setattr(machine, "cpu_facts", lambda: cpu)
+    notices = machine_checks._emulated_precision_notices(build_scenario(tiny_scenario(runtime=runtime)).runtime)
+    if not told:
+        assert notices == []
+        return
+    (notice,) = notices
+    assert "AMD EPYC 7B13" in notice and "neither AVX512-BF16 nor AMX" in notice
+    assert "slower than in fp32" in notice and "runtime.precision: fp32, or auto" in notice
+    assert "PLACEHOLDER" not in notice

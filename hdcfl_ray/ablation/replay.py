@@ -27,7 +27,7 @@ from hdcfl_ray.config.loading import load_scenario, parse_override, scenario_to_
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import RefreshSummary
-from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.errors import ScenarioError, failure_text
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 from hdcfl_ray.logs.manifest import update_manifest, write_manifest
 from hdcfl_ray.portable.machine import arithmetic_facts
@@ -87,7 +87,7 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
     try:
         _replay(prepare_run(scenario), run_scenario, refreshes, out_dir, started)
     except BaseException as exc:
-        update_manifest(out_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+        update_manifest(out_dir, status="failed", error=failure_text(exc))
         raise
     update_manifest(out_dir, status="completed", elapsed_s=time.perf_counter() - started)
     return out_dir

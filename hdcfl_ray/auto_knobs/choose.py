@@ -20,7 +20,7 @@ from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice
 from hdcfl_ray.auto_knobs.selection import RULE, choose
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract.method import AutoValue
-from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.errors import ScenarioError, failure_text
 
 Notify = Callable[[str], None]
 Runner = Callable[[Scenario, Path], None]  # runs a scenario into a new run folder
@@ -123,7 +123,7 @@ def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runn
         try:
             run(scenario, run_dir)
         except Exception as failure:  # a value the run cannot train with is not chosen; the others still compete
-            error = f"{type(failure).__name__}: {failure}"
+            error = failure_text(failure)
     rows = read_table(run_dir, "rounds").to_pylist()
     evaluated = [row for row in rows if row.get("evaluated")]
     final = max(evaluated, key=lambda row: row["round"]) if evaluated and error is None else {}

@@ -65,7 +65,7 @@ def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
     from hdcfl_ray.runtime.backends.choice import choose_backend
 
     _check_resource_shares(runtime)
-    share_notices = [*portable_notices(runtime), *_gpu_share_notices(runtime)]
+    share_notices = [*portable_notices(runtime), *_gpu_share_notices(runtime), *_emulated_precision_notices(runtime)]
     if choose_backend(runtime) == "local":
         return [*share_notices, *_check_local_backend(runtime)]
     where = ray_placement(runtime)
@@ -223,6 +223,29 @@ def _gpu_share_notices(runtime: RuntimeConfig) -> list[str]:
     return [
         f"runtime.num_gpus_per_actor: {share:g} reserves {share:g} GPUs per host, but a host trains on one of "
         f"them; the other {share - 1:g} sit idle. Use 1 (or a fraction) and more hosts to use more GPUs"
+    ]
+
+
+# measured (docs/benchmarks.md, "bfloat16 without native support"): the CIFAR-10 small-CNN
+# workload in bf16 against fp32 on an AVX2-only EPYC (13.7x) and on an EPYC capped to AVX2 (23.8x)
+EMULATED_BF16_SLOWDOWN = "14 to 24 times"
+
+
+def _emulated_precision_notices(runtime: RuntimeConfig) -> list[str]:
+    """An explicit bf16 on CPU hosts whose CPU has no bfloat16 arithmetic (neither
+    AVX512-BF16 nor AMX): the math libraries emulate it, far slower than float32.
+    `auto` already picks fp32 there; a user who asked for bf16 is told the cost."""
+    from hdcfl_ray.portable.machine import cpu_facts
+
+    if runtime.precision != "bf16" or runtime.num_gpus_per_actor > 0 or runtime.portable:
+        return []
+    cpu = cpu_facts()
+    if cpu["architecture"] not in ("x86_64", "AMD64") or {"avx512_bf16", "amx_tile"} & set(cpu["instruction_sets"]):
+        return []
+    return [
+        f"runtime.precision: bf16 on this CPU ({cpu['model'] or cpu['vendor'] or 'unknown'}), which has neither AVX512-BF16 "
+        f"nor AMX: its bfloat16 arithmetic is emulated, and a compute-bound CIFAR-10 workload ran {EMULATED_BF16_SLOWDOWN} "
+        "slower than in fp32 on such machines (docs/benchmarks.md); use runtime.precision: fp32, or auto (fp32 on this CPU)"
     ]
 
 

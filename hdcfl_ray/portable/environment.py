@@ -9,9 +9,11 @@ project's Intel Xeon (docs/same-results.md has the measurements):
 
 * oneDNN (torch's CPU convolutions) builds its kernels for the best ISA it finds;
 * MKL (torch's matrix products) dispatches per CPU and vendor unless its conditional
-  numerical reproducibility fixes a code branch; STRICT also makes its products
-  independent of the thread count, and MKL_ENABLE_INSTRUCTIONS must agree, since it
-  overrides the branch when set higher;
+  numerical reproducibility fixes a code branch. Only its compatible branch is the
+  same code on every vendor: MKL honours the instruction-set branches (AVX2, ...)
+  on Intel CPUs only and falls back to its own choice elsewhere. STRICT also makes
+  its products independent of the thread count; MKL_ENABLE_INSTRUCTIONS is pinned
+  too, so a user's value cannot reach what the branch does not cover;
 * ATen (torch's element-wise, reduction and normalisation kernels) picks AVX512 or
   AVX2 builds of its vectorised code;
 * OpenBLAS (numpy's matrix products, eigen- and singular-value decompositions: the
@@ -28,7 +30,7 @@ REQUIRED_FLAGS = ("avx2", "fma")
 _PINS = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "DNNL_MAX_CPU_ISA": "AVX2",  # oneDNN's older name for the same cap
-    "MKL_CBWR": "AVX2,STRICT",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ATEN_CPU_CAPABILITY": "avx2",
     "OPENBLAS_CORETYPE": "Haswell",

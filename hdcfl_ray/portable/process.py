@@ -82,6 +82,19 @@ def unpinned_libraries() -> list[str]:
     return problems
 
 
+def pins_not_taken(unpinned: list[str]) -> str:
+    """Why a process started with every pin still does not compute with them: a
+    library of this build that ignores its variable on this machine. Starting again
+    would not help, so the message says what to do instead."""
+    cpu = cpu_facts()
+    return (
+        f"runtime.portable: true, but on this machine ({cpu['model'] or cpu['vendor'] or 'unknown CPU'}) a process started "
+        f"with the portable environment still computes elsewhere ({'; '.join(unpinned)}): a math library of this build "
+        "ignores its pin here, so this machine cannot give the portable bits; set runtime.portable: false (results then "
+        "hold on this kind of machine only) and report the libraries named above with `pip list`"
+    )
+
+
 def require_pinned_process(where: str = "this process") -> None:
     """Raise ScenarioError unless `where` (the driver, a client host) computes with the
     portable pins on a machine that offers them."""
@@ -89,6 +102,9 @@ def require_pinned_process(where: str = "this process") -> None:
     if problem is not None:
         raise ScenarioError(problem)
     unpinned = unpinned_libraries()
+    started_with = initial_environment()
+    if unpinned and all(started_with.get(name) == value for name, value in portable_environment().items()):
+        raise ScenarioError(pins_not_taken(unpinned))  # started pinned: a library ignored its pin
     if unpinned:
         raise ScenarioError(
             f"runtime.portable: true, but {where} did not start with the portable environment ({'; '.join(unpinned)}); "

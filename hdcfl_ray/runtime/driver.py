@@ -23,7 +23,7 @@ from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.partitions import build_partition, check_partition_against_dataset
 from hdcfl_ray.data.partitions.client_data import Partition
 from hdcfl_ray.data.sources import load_dataset
-from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.errors import ScenarioError, failure_text
 from hdcfl_ray.durable_files import write_text_durably
 from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest, write_manifest
 from hdcfl_ray.logs.round_rows import RoundRowBuilder
@@ -182,18 +182,11 @@ def check_resume_settings(run_dir: Path, scenario: Scenario, manifest: dict[str,
     at its start in a key that is not safe to change, naming every such key: rounds
     of two settings must never end up in one run. A run with no record (written by
     an older version) is not checked."""
-    from hdcfl_ray.config.loading import build_scenario
     from hdcfl_ray.sweep.changes import setting_changes
 
-    recorded = (manifest or {}).get(SCENARIO_RECORD)
-    if not isinstance(recorded, dict):
-        recorded = (checkpoint_document or {}).get(SCENARIO_RECORD)
-    if not isinstance(recorded, dict):
+    started_with = _recorded_scenario(run_dir, manifest, checkpoint_document)
+    if started_with is None:
         return
-    try:
-        started_with = build_scenario(recorded, source=f"{run_dir / MANIFEST} ({SCENARIO_RECORD})")
-    except ScenarioError:
-        return  # a record this version cannot read: the schema moved on; nothing to compare
     changes = setting_changes(started_with, scenario)
     if changes:
         listed = "\n".join(f"  {change.describe()}" for change in changes)
@@ -203,6 +196,23 @@ def check_resume_settings(run_dir: Path, scenario: Scenario, manifest: dict[str,
             f"(the settings the run started with are under {SCENARIO_RECORD} in {run_dir / MANIFEST}), "
             "or start a new run with the new settings."
         )
+
+
+def _recorded_scenario(run_dir: Path, manifest: dict[str, Any] | None, checkpoint_document: dict[str, Any] | None) -> Scenario | None:
+    """The scenario a run recorded when it started (manifest, else its checkpoint); None
+    for a run written by an older version, or a record this version cannot read (the
+    schema moved on: nothing to compare)."""
+    from hdcfl_ray.config.loading import build_scenario
+
+    recorded = (manifest or {}).get(SCENARIO_RECORD)
+    if not isinstance(recorded, dict):
+        recorded = (checkpoint_document or {}).get(SCENARIO_RECORD)
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        return build_scenario(recorded, source=f"{run_dir / MANIFEST} ({SCENARIO_RECORD})")
+    except ScenarioError:
+        return None
 
 
 LOCK_FILE = ".lock"  # held (flock) by the one process that writes a run folder
@@ -286,13 +296,19 @@ def _new_run_dir(scenario: Scenario, run_dir: Path, resume: bool) -> Iterator[No
 
 
 def run_simulation(
-    prepared: PreparedRun, run_dir: Path, observer: RunObserver | None = None, resume: bool = False, auto_knobs_dir: Path | None = None
+    prepared: PreparedRun,
+    run_dir: Path,
+    observer: RunObserver | None = None,
+    resume: bool = False,
+    auto_knobs_dir: Path | None = None,
+    allow_layout_change: bool = False,
 ) -> RunSummary:
     """Run a scenario into `run_dir`; with `resume`, continue the run already there
     from its last checkpoint (rows written after it are replaced, never duplicated).
     Knobs set to `auto` are chosen first, before the run folder exists, or read from
     `auto_knobs_dir` (default <output.dir>/auto-knobs) where this setting and seed
-    chose them before; a resume applies the choice its run recorded."""
+    chose them before; a resume applies the choice its run recorded. A batched run
+    resumed on other hosts is refused unless `allow_layout_change` (host_layout.py)."""
     scenario = prepared.scenario
     if scenario.runtime.portable:  # the driver computes too: the initial weights, the server's maths, local hosts
         from hdcfl_ray.portable import require_pinned_process
@@ -315,8 +331,11 @@ def run_simulation(
     if prepared.auto_plan is not None:  # choose them; `scenario` stays as written, as the run folder records it
         prepared = _with_auto_choices(prepared, run_dir, observer, checkpoint, auto_knobs_dir)
     if choose_backend(scenario.runtime) == "local":
+        from hdcfl_ray.runtime.backends.placement import local_host_count
+
+        layout_change = _resumed_layout(run_dir, prepared, checkpoint, local_host_count(scenario.runtime, prepared.partition.num_clients), allow_layout_change)
         with _new_run_dir(scenario, run_dir, resume):
-            summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint)
+            summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint, layout_change)
             update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     else:
         # Ray is imported only for a Ray run
@@ -326,13 +345,37 @@ def run_simulation(
 
         with RaySession(scenario.runtime) as session:
             # a joined cluster can be measured only now, still before the run directory exists
-            session.check_capacity(count_hosts(scenario.runtime, prepared.partition.num_clients, session.cpus, session.gpus), scenario.runtime)
+            hosts = count_hosts(scenario.runtime, prepared.partition.num_clients, session.cpus, session.gpus)
+            session.check_capacity(hosts, scenario.runtime)
+            layout_change = _resumed_layout(run_dir, prepared, checkpoint, hosts, allow_layout_change)
             with _new_run_dir(scenario, run_dir, resume):
-                summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint)
+                summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint, layout_change)
                 update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
     if observer is not None:
         observer.on_finish(summary)
     return summary
+
+
+def _resumed_layout(
+    run_dir: Path, prepared: PreparedRun, checkpoint: CheckpointSearch | None, num_hosts: int, allow_change: bool
+) -> dict[str, Any] | None:
+    """On a resume, the host layout it would start against the one the run recorded:
+    None when nothing changes what it computes, the change to record when the user
+    allowed it; a refusal (ScenarioError) before anything starts otherwise."""
+    if checkpoint is None:
+        return None
+    from hdcfl_ray.runtime.backends.placement import assign_clients
+    from hdcfl_ray.runtime.host_layout import check_resumed_layout, layout_record
+    from hdcfl_ray.runtime.server.settings import trains_batched
+
+    scenario = prepared.scenario
+    planned = layout_record(assign_clients(prepared.partition.num_clients, num_hosts), trains_batched(scenario.runtime))
+    manifest = read_manifest(run_dir)
+    started_with = _recorded_scenario(run_dir, manifest, checkpoint.found.document if checkpoint.found is not None else None)
+    resumed_at = (checkpoint.found.round if checkpoint.found is not None else 0) + 1
+    return check_resumed_layout(
+        run_dir, manifest, planned, started_with.runtime if started_with is not None else None, scenario.runtime, resumed_at, allow_change
+    )
 
 
 def _with_auto_choices(
@@ -412,11 +455,16 @@ def _run_with(
     run_dir: Path,
     observer: RunObserver | None,
     checkpoint: CheckpointSearch | None,
+    layout_change: dict[str, Any] | None = None,
 ) -> RunSummary:
     started = time.perf_counter()
     resume = checkpoint is not None
     if resume and (run_dir / MANIFEST).is_file():
         update_manifest(run_dir, status="running", resumed_at=datetime.now().isoformat(timespec="seconds"))
+        if layout_change is not None:  # allowed by the user: kept, so reports mark the run
+            from hdcfl_ray.runtime.host_layout import LAYOUT_CHANGES
+
+            update_manifest(run_dir, **{LAYOUT_CHANGES: [*(read_manifest(run_dir) or {}).get(LAYOUT_CHANGES, []), layout_change]})
     else:  # a new run, or a resumed one whose manifest was deleted (it was damaged): write it anew
         from hdcfl_ray.pretraining import initialisation_facts
 
@@ -461,7 +509,7 @@ def _run_with(
                 run_dir, status="interrupted", interrupted_by=signal.Signals(received()).name, interrupted_at=datetime.now().isoformat(timespec="seconds")
             )
         else:
-            update_manifest(run_dir, status="failed", error=f"{type(exc).__name__}: {exc}")
+            update_manifest(run_dir, status="failed", error=failure_text(exc))
         raise
 
 
@@ -473,11 +521,16 @@ def _run_rounds(
     checkpoint: CheckpointSearch | None,
     started: float,
 ) -> RunSummary:
+    from hdcfl_ray.runtime.host_layout import layout_record
+    from hdcfl_ray.runtime.server.settings import trains_batched
+
     scenario = prepared.scenario
     update_manifest(
         run_dir,
         runtime=backend.describe(),
         num_client_hosts=backend.num_hosts,
+        # which clients share a host: a batched run's bits depend on it (host_layout.py)
+        host_layout=layout_record(backend.client_hosts, trains_batched(scenario.runtime)),
         client_host_actors=backend.host_names(),
         client_host_nodes=backend.host_nodes(),
         # per host: device, runtime.precision as resolved there (auto -> bf16/fp32), torch threads

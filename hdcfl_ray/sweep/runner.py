@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
+from hdcfl_ray.errors import failure_text
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources import load_dataset
 from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest
@@ -131,7 +132,7 @@ def run_sweep(
                         on_progress(run.key, "stopped: the sweep's Ray cluster is gone")
                     return run.key
                 with lock:
-                    outcome.failed[run.key] = f"{type(error).__name__}: {error}"
+                    outcome.failed[run.key] = failure_text(error)
                     statuses[run.key] = "failed"
                     write_index(out, runs, statuses)
                 if on_progress:

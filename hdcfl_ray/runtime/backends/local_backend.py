@@ -19,7 +19,7 @@ class LocalBackend:
     def __init__(self, prepared: Any) -> None:
         from hdcfl_ray.runtime.backends.local_host import in_process_run  # on use: it loads torch and the methods
 
-        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+        from hdcfl_ray.runtime.backends.placement import local_host_count
 
         scenario = prepared.scenario
         # Hosts of one torch thread each (runtime.torch_threads), side by side, as Ray
@@ -28,7 +28,7 @@ class LocalBackend:
         # proportion (docs/benchmarks.md, "A run beside ...").
         self.threads = local_cpus(scenario.runtime)
         self.host_runtime = scenario.runtime
-        hosts = max(1, self.threads // torch_threads_per_host(scenario.runtime))
+        hosts = local_host_count(scenario.runtime, prepared.partition.num_clients)
         self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition), hosts=hosts)
         self.num_hosts = len(self.run.hosts)
         self.client_hosts = dict(self.run.server.client_hosts)

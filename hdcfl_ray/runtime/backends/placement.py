@@ -32,3 +32,12 @@ def assign_clients(num_clients: int, num_hosts: int) -> dict[int, int]:
             assignment[client_id] = host_index
             client_id += 1
     return assignment
+
+
+def local_host_count(runtime: RuntimeConfig, num_clients: int) -> int:
+    """The local backend's hosts: as many as the run's CPUs hold hosts of
+    `torch_threads_per_host` threads each, never more than there are clients."""
+    from hdcfl_ray.runtime.backends.choice import local_cpus
+    from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+
+    return max(1, min(num_clients, local_cpus(runtime) // torch_threads_per_host(runtime)))

@@ -18,6 +18,7 @@ import numpy as np
 
 from hdcfl_ray.config.schema import RuntimeConfig, Scenario
 from hdcfl_ray.contract import ClientTask, Method, ModelParams
+from hdcfl_ray.errors import failure_text
 from hdcfl_ray.runtime.server.payload_bytes import payload_bytes
 from hdcfl_ray.runtime.server.thread_transport import FutureValue
 from hdcfl_ray.runtime.server.messages import INITIAL_STATE, ClientJob, EvalReport, InitialState, StoreRef, UploadMeta
@@ -71,6 +72,23 @@ def _all_finite(value: Any) -> bool:
     if isinstance(value, float):
         return bool(np.isfinite(value))
     return True
+
+
+@contextmanager
+def _naming_the_clients(client_ids: tuple[int, ...], round_index: int) -> Iterator[None]:
+    """An error inside a client's update (or a batched group's training), raised again
+    naming the clients and the round, on its own or in a batched group, locally or on
+    a Ray host. Bad input keeps its type, so the command still exits 2 for it; an
+    interrupt, and a parked client's release after another failed, pass through."""
+    from hdcfl_ray.errors import ClientUpdateFailed, ScenarioError
+    from hdcfl_ray.runtime.client.training_rendezvous import RendezvousAborted
+
+    try:
+        yield
+    except (ScenarioError, ClientUpdateFailed, RendezvousAborted):
+        raise
+    except Exception as error:
+        raise ClientUpdateFailed(client_ids, round_index, failure_text(error)) from error
 
 
 class ClientHost:
@@ -310,7 +328,7 @@ class ClientHost:
         started = time.perf_counter()
         task = self._resolved_task(task)
         ctx = self.context(client_id, round_index)
-        with self._precision_scope():
+        with self._precision_scope(), _naming_the_clients((client_id,), round_index):
             upload, new_state = self.algorithm.local_update(ctx, self._state(client_id, state), task, self._objects(object_refs, task))
         return self._finish_update(ctx, upload, new_state, time.perf_counter() - started)
 
@@ -340,7 +358,8 @@ class ClientHost:
         def update_of(client_id: int, task: ClientTask, state: Any, model: SplitModel) -> Any:
             def run(slot: TrainingSlot) -> tuple[HostClientContext, Any, Any]:
                 ctx = self.context(client_id, round_index, model=model, training_slot=slot)
-                upload, new_state = self.algorithm.local_update(ctx, state, task, {name: objects[name] for name in task.models})
+                with _naming_the_clients((client_id,), round_index):
+                    upload, new_state = self.algorithm.local_update(ctx, state, task, {name: objects[name] for name in task.models})
                 return ctx, upload, new_state
 
             return run
@@ -348,7 +367,8 @@ class ClientHost:
         rendezvous: TrainingRendezvous[tuple[HostClientContext, Any, Any]] = TrainingRendezvous(
             train_together, thread_scope=self._client_thread_scope
         )
-        with self._precision_scope():  # the batched training runs on this thread
+        # the batched training runs on this thread; its own failure names the group
+        with self._precision_scope(), _naming_the_clients(tuple(job.client_id for job in jobs), round_index):
             finished = rendezvous.run([update_of(*job) for job in prepared])
         seconds = (time.perf_counter() - started) / len(jobs)  # the batch's time, shared
         flat = []

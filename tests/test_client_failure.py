@@ -1,0 +1,86 @@
+"""A client whose update raises stops the run with an error that names the client and
+the round: alone, in a batched group, and on a Ray host; the manifest keeps that text
+plain (no terminal colour codes from Ray's remote tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import hdcfl_ray
+from hdcfl_ray import plugins
+from hdcfl_ray.errors import ClientUpdateFailed, failure_text
+from tests.conftest import tiny_scenario
+
+# a plugin inside this repository's tests package: importable by name on the workers of
+# the test session's Ray, which start in this checkout (a plugin from elsewhere is shipped
+# by runtime_env, tested in test_plugins_on_ray.py)
+MODULE = "tests.failing_client_plugin"
+
+
+@pytest.fixture
+def failing_method(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+    plugins.load_plugins([MODULE])
+    yield MODULE
+    os.environ.pop(plugins.ENV_VAR, None)
+    plugins.clear_caches()
+    sys.modules.pop(MODULE, None)
+
+
+def _scenario(**runtime: object) -> dict:
+    return tiny_scenario(algorithm={"name": "failing_avg"}, protocol={"rounds": 3}, runtime=runtime)
+
+
+def _failed_run(tmp_path: Path, runtime: dict) -> tuple[BaseException, dict]:
+    run_dir = tmp_path / "run"
+    with pytest.raises(Exception) as raised:
+        hdcfl_ray.simulate(_scenario(**runtime), out=run_dir, progress=False, plugins=[MODULE])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    return raised.value, manifest
+
+
+@pytest.mark.parametrize(
+    "runtime",
+    [
+        {"backend": "local", "num_cpus": 1, "batched_training": True},  # one host: the round's clients train as one group
+        {"backend": "local", "num_cpus": 1, "batched_training": False},
+    ],
+    ids=["batched", "alone"],
+)
+def test_a_failing_client_is_named_with_its_round_on_the_local_backend(failing_method: str, tmp_path: Path, runtime: dict) -> None:
+    error, manifest = _failed_run(tmp_path, runtime)
+    assert isinstance(error, ClientUpdateFailed)
+    assert (error.client_ids, error.round_index) == ((3,), 2)
+    assert "client 3 failed in round 2: ValueError: the client's data loader broke" in str(error)
+    assert manifest["status"] == "failed"
+    assert "client 3 failed in round 2" in manifest["error"]
+
+
+@pytest.mark.ray
+def test_a_failing_client_on_a_ray_host_is_named_and_the_manifest_has_no_terminal_codes(
+    ray_session: None, failing_method: str, tmp_path: Path
+) -> None:
+    runtime = {"backend": "ray", "clients_per_actor": 8, "num_cpus_per_actor": 1, "batched_training": True}
+    error, manifest = _failed_run(tmp_path, runtime)
+    assert "client 3 failed in round 2" in str(error)
+    assert "client 3 failed in round 2: ValueError: the client's data loader broke" in manifest["error"]
+    assert "\x1b" not in manifest["error"]
+
+
+def test_stored_failure_text_drops_terminal_escape_sequences() -> None:
+    coloured = RuntimeError("\x1b[36mray::ClientHost.train_many()\x1b[39m (pid=1)\x1b]8;;http://x\x07link\x1b]8;;\x07 \x1b[1mboom\x1b[0m")
+    assert failure_text(coloured) == "RuntimeError: ray::ClientHost.train_many() (pid=1)link boom"
+
+
+def test_the_error_naming_clients_survives_pickling() -> None:
+    import pickle
+
+    error = ClientUpdateFailed((3, 5), 2, "ValueError: x")
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy) == str(error) == "clients 3, 5 (training together) failed in round 2: ValueError: x"
+    assert copy.client_ids == (3, 5)
