@@ -2,18 +2,17 @@
 training loss on a shortened quickstart equal the golden file recorded for this
 machine's arithmetic (CPU vendor and instruction set: tests/bit_reference.py), so
 no change meant to leave results alone can move a CPU number. The Intel file was
-re-recorded when evaluation started scoring the clients of a shared encoder
-together in fixed 512-image passes (runtime/client/batched_scoring.py: losses
-moved in the last bits, no accuracy moved); the methods that change touched were
-dropped from the AMD file, which keeps APFL, Ditto and Local until it is
-recorded again on an AMD machine.
+recorded on an Intel Xeon with AMX, the AMD file on an AMD EPYC (Zen 4, AVX-512) on
+2026-12-05, every method in both.
 
-On a kind of machine with no file of its own (or a method its file does not
-record yet), bits cannot be pinned (MKL rounds
-differently per vendor); the runs are then held to a recorded file (the files
-agree with each other) within cross-machine rounding, which an Intel and an AMD
-machine were measured to stay well inside (per-client accuracy within 2 of 90
-test images, losses within 1e-4 relative). Record this machine's file with `python -m tests.bit_reference`."""
+On a kind of machine with no file of its own (an AVX2-only CPU, say), or a method its
+file does not record yet, bits cannot be pinned in the default mode (MKL picks its
+kernels by CPU vendor and model); the runs are then held to a recorded file (the
+files agree with each other) within cross-machine rounding, which an Intel and an
+AMD machine were measured to stay well inside (per-client accuracy within 2 of 90
+test images, losses within 1e-4 relative). Record this machine's file with
+`python -m tests.bit_reference`. Portable runs have one file for every machine
+(tests/test_portable_bits.py)."""
 
 from __future__ import annotations
 
