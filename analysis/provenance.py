@@ -65,8 +65,23 @@ def arithmetic_label(manifest: Mapping[str, Any], device: str | None = None) -> 
     if not records:
         return f"default: {device or run_provenance(manifest)['device']}"
     if all(record.get("portable") for record in records):
-        return PORTABLE
+        return _portable_label(records)
     return "default: " + " + ".join(sorted({PORTABLE if record.get("portable") else _machine_label(record) for record in records}))
+
+
+def _portable_label(records: list[Mapping[str, Any]]) -> str:
+    """'portable' for runs pinned as this version pins them; runs pinned otherwise (an
+    earlier version's pins: MKL's AVX2 branch, which Intel CPUs alone honour) name the
+    pins that differ, so a report never pairs them with today's portable bits. numpy's
+    targets are left out: they are named by the numpy a run starts with."""
+    from hdcfl_ray.portable.environment import NUMPY_FEATURES, portable_environment
+
+    current = {name: value for name, value in portable_environment().items() if name != NUMPY_FEATURES}
+    differing: set[str] = set()
+    for record in records:
+        pinned = record.get("pinned") or {}
+        differing.update(f"{name}={pinned.get(name)}" for name, value in current.items() if name in pinned and pinned[name] != value)
+    return f"{PORTABLE} [earlier pins: {', '.join(sorted(differing))}]" if differing else PORTABLE
 
 
 def _machines(label: str) -> set[str]:

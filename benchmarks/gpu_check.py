@@ -9,10 +9,13 @@ its error and the next one runs:
                         (those count as skipped, named not_started_for_time, never as failed)
   throughput            samples/s of the project's train_locally against a plain PyTorch loop,
                         same model and synthetic 3x32x32 data, small_cnn and resnet18_cifar, fp32 and bf16
-  paper_round           benchmarks/gpu_round.py: the paper round's images/s in each mode (one client at
-                        a time, batched, TF32, bf16, fastest) on the local backend and with 1, 2 and 4 Ray
-                        hosts sharing the GPU, against a plain loop, concurrent loops and the fused batch
-                        of the round's participants; the evaluated round's cost; the default mode twice
+  paper_round           benchmarks/gpu_round.py: the paper round's images/s in the default plan (its
+                        hosts and how many participants trained as one batch) and in each mode (one client
+                        at a time, batched, TF32, bf16, fastest) on one local host holding every client,
+                        and with 1, 2 and 4 Ray hosts sharing the GPU, against a plain loop, concurrent
+                        loops and the fused batch of the round's participants; one batched step's host
+                        operations, host waits, blocking CUDA calls and GPU busy fraction (profiler); the
+                        evaluated round's cost; the default mode twice
   bit_identity          two same-seed quickstart runs on the GPU: are their clients tables bit-identical
   paper_rot_two_rounds  two rounds of scenarios/paper/c10-rot-no-pretrain.yaml on the CIFAR-10 Parquet copy
 
@@ -289,7 +292,7 @@ def step_paper_round(step: Step) -> None:
     result = run_command(command, step.left())
     measured = json.loads(out.read_text()) if out.is_file() else {}
     step.record(run={key: result[key] for key in ("cmd", "returncode", "timed_out", "seconds")}, **{
-        key: measured[key] for key in ("sizes", "modes", "ray", "ceilings", "bit_identity", "skipped") if key in measured
+        key: measured[key] for key in ("sizes", "modes", "ray", "ceilings", "bit_identity", "step_profile", "default_plan", "skipped") if key in measured
     })
     if result["returncode"] != 0:
         step.record(log_tail=result["output_tail"][-1500:])

@@ -16,6 +16,11 @@ HDC-FL makes there), so
 
 Measured, each as far as the time budget allows (what is left out says so):
 
+  layout                 the default plan (backend auto, one GPU share per host: the hosts and
+                         how many participants trained as one batch) and the modes below on one
+                         local host holding every client
+  step profile           one batched step of the round's participants: the host's top-level
+                         operations, its waits for the GPU, blocking CUDA calls, GPU busy fraction
   modes, local backend   one-at-a-time (exact fp32, deterministic: the former default),
                          batched (runtime.batched_training: the CUDA default), batched with
                          TF32, with bf16 autocast, and the fastest setting (non-deterministic
@@ -139,12 +144,17 @@ def measured_run(sizes: Sizes, runtime: dict[str, Any], work: Path, gpu: bool) -
     run = hdcfl_ray.simulate(PAPER, overrides=overrides(sizes, runtime, work, gpu), progress=False)
     table = run.rounds.sort_by("round").to_pydict()
     seconds, images = table["wall_time_s"], table["samples_trained"]
+    round_two = [row for row in run.table("updates").to_pylist() if row["round"] == 2]
     result = {
         "round_wall_s": [round(s, 3) for s in seconds],
         "images_per_round": images,
         "images_per_s": round(images[1] / seconds[1], 1),
         "evaluated_round_cost": round(seconds[2] / seconds[1], 3),
         "run_wall_s": round(time.perf_counter() - started, 1),
+        # the layout: hosts, and how many of round 2's participants trained as one batched group
+        "backend": run.manifest["runtime"]["backend"],
+        "hosts": run.manifest["host_layout"]["hosts"],
+        "trained_together": sorted({int(row["trained_together"] or 1) for row in round_two}),
     }
     return result, run.dir
 
@@ -276,7 +286,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             save()
         else:
             report["skipped"].append(f"{loops} concurrent loops in {name}: out of time")
-    base = {"backend": "local"}
+    # the host's side of one batched step of the round's participants: operations, waits, GPU busy
+    if budget.left() > run_cost:
+        from benchmarks.batched_step_ops import device_profile
+
+        report["step_profile"] = device_profile(
+            "cuda" if gpu else "cpu", sizes.participants, sizes.model["encoder"], 3 * sizes.batch_size, sizes.batch_size
+        )
+        save()
+    else:
+        report["skipped"].append("the batched step's profile: out of time")
+    # the plan a user gets with the scenario's defaults and one GPU share per host (backend auto)
+    if budget.left() > run_cost:
+        keys, arithmetic = MODES[DEFAULT_MODE]
+        report["default_plan"], _ = measured_run(sizes, {**keys, **arithmetic.runtime(), "backend": "auto"}, work / "default-plan", gpu)
+        save()
+    else:
+        report["skipped"].append("the default plan: out of time")
+    base = {"backend": "local", "max_actors": 1}  # one host holding every client: the round's participants in one batch
     for mode, (keys, arithmetic) in MODES.items():
         if budget.left() < run_cost:
             report["skipped"].append(f"mode {mode}: out of time")
@@ -324,10 +351,19 @@ def print_summary(report: dict[str, Any]) -> None:
     for hosts, result in report["ray"].items():
         rows.append({"run": f"ray, {hosts.replace('_', ' ')}, {DEFAULT_MODE}", "images/s": result["images_per_s"],
                      "evaluated round": result["evaluated_round_cost"], "/ local": result.get("over_local_backend")})
+    if "default_plan" in report:
+        plan = report["default_plan"]
+        rows.append({"run": f"default plan ({plan['backend']}, {plan['hosts']} host(s), groups of {plan['trained_together']})",
+                     "images/s": plan["images_per_s"], "evaluated round": plan["evaluated_round_cost"]})
     if rows:
         print_table(rows)
     for name, ceilings in report["ceilings"].items():
         print(f"ceilings in {name}: " + ", ".join(f"{key} {value:,.0f} images/s" for key, value in ceilings.items()))
+    if "step_profile" in report:
+        profile = report["step_profile"]
+        print(f"one batched step of {profile['clients']} clients on {profile['device']}: {profile['top_level_ops_per_step']} host operations, "
+              f"{profile['host_waits_per_step']} host waits, {profile['blocking_cuda_calls_per_step']} blocking CUDA calls, "
+              f"GPU busy {profile['gpu_busy_fraction']}")
     if "bit_identity" in report:
         print(f"default mode run twice: bit-identical = {report['bit_identity']['bit_identical']}")
     for skipped in report["skipped"]:

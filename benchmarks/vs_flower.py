@@ -160,14 +160,17 @@ def run_flower(workload: Workload, flower_python: Path, npz_path: Path) -> tuple
     return measured, accuracy
 
 
-def run_hdcfl(scenario_path: Path, output_dir: Path, backend: str) -> tuple[Measured, float | None]:
+def run_hdcfl(scenario_path: Path, output_dir: Path, backend: str, runtime: tuple[str, ...] = ()) -> tuple[Measured, float | None]:
     """`backend`: local or ray, with -portable for runtime.portable (the command then
-    restarts itself with the portable environment, which the wall time includes)."""
+    restarts itself with the portable environment, which the wall time includes);
+    `runtime`: KEY=VALUE settings of the runtime section for every hdcfl-ray run."""
     # The console script of the venv running this file: the project's venv.
     executable = Path(sys.executable).parent / "hdcfl-ray"
     backend, _, portable = backend.partition("-")
     cmd = [str(executable), "simulate", str(scenario_path), "--quiet", "--set", f"output.dir={output_dir}", "--set", f"runtime.backend={backend}",
            "--set", f"runtime.portable={'true' if portable else 'false'}"]  # fmt: skip
+    for setting in runtime:
+        cmd += ["--set", f"runtime.{setting}"]
     measured = run_measured(cmd, env=clean_env(), cwd=REPO_ROOT)
     run_dirs = [p for p in output_dir.iterdir() if p.is_dir()] if output_dir.is_dir() else []
     accuracy = final_accuracy(run_dirs[0]) if measured.returncode == 0 and len(run_dirs) == 1 else None
@@ -203,7 +206,7 @@ def report_failure(label: str, measured: Measured) -> None:
         print(f"    {line}", file=sys.stderr)
 
 
-def compare(workload: Workload, flower_python: Path, backends: list[str], repeats: int) -> list[dict[str, Any]]:
+def compare(workload: Workload, flower_python: Path, backends: list[str], repeats: int, runtime: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     labels = ["flower", *(f"hdcfl-ray ({backend})" for backend in backends)]
     runs: dict[str, list[tuple[Measured, float | None]]] = {label: [] for label in labels}
     with tempfile.TemporaryDirectory(prefix=f"vs-flower-{workload.name}-") as tmp:
@@ -220,7 +223,7 @@ def compare(workload: Workload, flower_python: Path, backends: list[str], repeat
                     measured, accuracy = run_flower(workload, flower_python, npz_path)
                 else:
                     backend = label.split("(")[1].rstrip(")")
-                    measured, accuracy = run_hdcfl(scenario_path, tmp_path / f"runs-{backend}-{repeat}", backend)
+                    measured, accuracy = run_hdcfl(scenario_path, tmp_path / f"runs-{backend}-{repeat}", backend, runtime)
                 if measured.returncode != 0:
                     report_failure(label, measured)
                 runs[label].append((measured, accuracy))
@@ -276,6 +279,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small versions of the workloads, for testing")
     parser.add_argument("--backends", nargs="+", choices=("local", "ray", "local-portable", "ray-portable"), default=["local", "ray"],
                         help="hdcfl-ray backends to run; -portable: with runtime.portable (its cost against the same backend without)")
+    parser.add_argument("--runtime", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="runtime settings for every hdcfl-ray run, e.g. precision=fp32 (a CPU where auto picks bf16)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per simulator (the medians are compared)")
     parser.add_argument("--cifar", help="CIFAR-10 Parquet folder (default: $HDCFL_CIFAR10_PARQUET, $HDCFL_CIFAR10 or data/cifar10-parquet)")
     args = parser.parse_args()
@@ -285,7 +290,7 @@ def main() -> int:
     if not chosen:
         return 1
     flower_python = ensure_flower_venv(REPO_ROOT / args.flower_venv)
-    rows = [row for workload in chosen for row in compare(workload, flower_python, args.backends, args.repeats)]
+    rows = [row for workload in chosen for row in compare(workload, flower_python, args.backends, args.repeats, tuple(args.runtime))]
     machine = {**machine_description(), "flower venv": flower_versions(flower_python)}
     print()
     print_table(rows)

@@ -215,7 +215,7 @@ def test_data_tables_load_or_say_why_quickly(labels, images):
             table = pa.table({"image": pa.array(images[:count], type=pa.binary()), "label": pa.array(labels[:count], type=pa.int64())})
             pq.write_table(table, Path(folder) / name)
         tracemalloc.start()
-        started = time.monotonic()
+        started = time.process_time()
         try:
             load_dataset(DatasetConfig(name="parquet_images", path=folder), 0)
         except ScenarioError:
@@ -223,4 +223,4 @@ def test_data_tables_load_or_say_why_quickly(labels, images):
         finally:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
-        assert time.monotonic() - started < SECONDS and peak < PEAK_BYTES
+        assert time.process_time() - started < CPU_SECONDS and peak < PEAK_BYTES

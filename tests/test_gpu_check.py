@@ -49,6 +49,10 @@ def test_dry_run_writes_every_step(tmp_path: Path) -> None:
     assert all(mode["images_per_s"] > 0 and mode["over_ceilings"] for mode in round_["modes"].values())
     assert set(round_["ray"]) == {"1_hosts", "2_hosts"} and all(r["over_local_backend"] > 0 for r in round_["ray"].values())
     assert round_["ceilings"]["fp32"]["2_concurrent_loops"] > 0
+    # the host's side of one batched step: no wait for the device inside the step loop
+    assert round_["step_profile"]["host_waits_per_step"] == 0 and round_["step_profile"]["top_level_ops_per_step"] > 0
+    assert round_["default_plan"]["hosts"] >= 1 and round_["default_plan"]["images_per_s"] > 0
+    assert all(mode["hosts"] == 1 for mode in round_["modes"].values())  # one local host holding every client
     assert round_["bit_identity"]["bit_identical"] is True
     assert report["bit_identity"]["validate"]["returncode"] == 0
     paper = report["paper_rot_two_rounds"]

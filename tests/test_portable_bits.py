@@ -62,7 +62,9 @@ def test_quickstart_is_identical_under_every_imitated_machine_and_host_count(tmp
             portable[f"{machine}, {hosts} hosts"] = clients_rows(simulate(scenario, tmp_path / f"p{name}", machine, PORTABLE))
             if hosts == 1:
                 default[machine] = clients_rows(simulate(scenario, tmp_path / f"d{name}", machine, DEFAULT))
-    assert _distinct(default) >= 3, "the imitated machines must differ in the default mode"
+    # on an AVX2-only CPU the AVX-512 imitation cannot raise what the CPU lacks: two kinds of
+    # default-mode bits at least (the SSE imitation always differs), three on an AVX-512 CPU
+    assert _distinct(default) >= 2, f"the imitated machines must differ in the default mode on {_machine()}"
     assert _distinct(portable) == 1, {name: rows[-1] for name, rows in portable.items()}
 
 

@@ -221,3 +221,16 @@ def test_runs_from_before_the_record_pair_by_their_cpu_name() -> None:
     old_intel = {key: value for key, value in INTEL.items() if key not in ("arithmetic", "client_host_hardware")}
     assert pairs_bit_for_bit(run_provenance(old_intel), run_provenance(INTEL))
     assert not pairs_bit_for_bit(run_provenance(old_intel), run_provenance(AMD))
+
+
+def test_portable_runs_pinned_by_an_earlier_version_are_not_paired_with_todays_as_the_same_bits() -> None:
+    """The earlier pins took MKL's AVX2 branch (honoured on Intel CPUs only): their
+    portable runs have other bits than today's, and a report says so."""
+    from analysis.provenance import PORTABLE, arithmetic_label, same_arithmetic
+
+    today = {**INTEL["arithmetic"], "portable": True, "pinned": portable_environment()}
+    earlier = {**today, "pinned": {**portable_environment(), "MKL_CBWR": "AVX2,STRICT"}}
+    assert arithmetic_label({"arithmetic": today, "client_host_hardware": []}) == PORTABLE
+    label = arithmetic_label({"arithmetic": earlier, "client_host_hardware": []})
+    assert label == "portable [earlier pins: MKL_CBWR=AVX2,STRICT]"
+    assert not same_arithmetic(label, PORTABLE) and same_arithmetic(label, label)

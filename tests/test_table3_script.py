@@ -29,3 +29,35 @@ def test_a_missing_data_folder_is_bad_input(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and "--cifar PATH" in completed.stderr
+
+
+def _table3_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("table3", ROOT / "scenarios/paper/table3.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_commands_a_100_round_seed_takes_at_the_measured_round_time() -> None:
+    table3 = _table3_module()
+    assert table3.commands_needed(100, 13.5, 570) == 3  # (570 - 60) // 13.5 = 37 rounds a command
+    assert table3.commands_needed(100, 3.0, 570) == 1
+    assert table3.commands_needed(100, 600.0, 570) == 100  # at least a round a command
+
+
+def test_a_step_past_the_budget_is_stopped_as_ctrl_c_stops_it(tmp_path: Path) -> None:
+    """The run is stopped resumably at the budget, not killed: it gets SIGINT."""
+    import time
+
+    table3 = _table3_module()
+    marker = tmp_path / "interrupted"
+    script = (
+        "import signal, sys, time, pathlib\n"
+        f"signal.signal(signal.SIGINT, lambda *a: (pathlib.Path({str(marker)!r}).write_text('yes'), sys.exit(130)))\n"
+        "time.sleep(60)\n"
+    )
+    outcome, seconds = table3.run_until([sys.executable, "-c", script], time.perf_counter() + 1.5)
+    assert outcome == "stopped" and seconds < 30 and marker.read_text() == "yes"

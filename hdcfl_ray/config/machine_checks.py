@@ -121,10 +121,16 @@ def _check_local_backend(runtime: RuntimeConfig) -> list[str]:
         from hdcfl_ray.runtime.client.device import choose_device
 
         choose_device(runtime)
-        notices.append(
-            f"runtime.num_gpus_per_actor: {runtime.num_gpus_per_actor:g}: the local backend's hosts train on this "
-            "process's first GPU, all of them, without shares; runtime.backend: ray packs hosts by their share"
-        )
+        from hdcfl_ray.runtime.server.settings import trains_batched
+
+        share = runtime.num_gpus_per_actor
+        if share < 1 and trains_batched(runtime):
+            hosts_per_gpu = max(1, int(round(1.0 / share, 6)))
+            notices.append(
+                f"runtime.num_gpus_per_actor: {share:g} puts {hosts_per_gpu} hosts on each GPU, so a round's participants "
+                f"on a GPU train in {hosts_per_gpu} batches instead of one; use 1 (one host per GPU, holding all its "
+                "clients) unless the clients' models do not fit one GPU together"
+            )
     if runtime.include_dashboard:
         notices.append("runtime.include_dashboard: the local backend starts no Ray, so there is no dashboard; set runtime.backend: ray")
     return notices

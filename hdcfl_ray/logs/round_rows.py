@@ -232,7 +232,9 @@ class RoundRowBuilder:
         return [{"round": report.round_index, "message": message} for message in report.events]
 
     @staticmethod
-    def update_rows(report: RoundReport) -> list[dict[str, Any]]:
+    def update_rows(report: RoundReport, client_hosts: dict[int, int] | None = None) -> list[dict[str, Any]]:
+        """One row per client update of the round; `client_hosts` (client -> host) names
+        the host that ran each."""
         uploads = {upload.client_id: upload for upload in report.uploads}
         rows = []
         for timing in report.timings:
@@ -250,6 +252,8 @@ class RoundRowBuilder:
                     "steps": None if upload is None else upload.steps,
                     "samples_trained": None if upload is None else upload.budget.samples,
                     "local_steps": None if upload is None else upload.budget.steps,
+                    "host": None if client_hosts is None else client_hosts.get(timing.client_id),
+                    "trained_together": None if upload is None else getattr(upload, "trained_together", 1),
                 }
             )
         return rows

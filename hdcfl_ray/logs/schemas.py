@@ -100,6 +100,11 @@ UPDATES_SCHEMA = pa.schema(
         ("steps", pa.int32()),
         ("samples_trained", pa.int64()),
         ("local_steps", pa.int64()),
+        # the client host that ran the update, and how many clients' updates ran side by side
+        # there this round, their training batched (1: alone); the same host and round with
+        # trained_together > 1 are the clients that trained as one batched model
+        ("host", pa.int32()),
+        ("trained_together", pa.int32()),
     ]
 )
 

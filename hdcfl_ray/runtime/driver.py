@@ -562,7 +562,7 @@ def _run_rounds(
             report, client_rows, wall_time_s=time.perf_counter() - round_started, elapsed_s=time.perf_counter() - started
         )
         writer.write_part("clients", round_index, client_rows)
-        writer.write_part("updates", round_index, rows.update_rows(report))
+        writer.write_part("updates", round_index, rows.update_rows(report, rows.client_hosts))
         writer.write_part("events", round_index, rows.event_rows(report))
         if refresh_row is not None:
             writer.write_part("refresh", round_index, [refresh_row])

@@ -69,9 +69,22 @@ class LiveView:
             f"{scenario.clients_per_round()} per round, {num_hosts} client host actor(s), seed {scenario.seed}"
         )
         self.console.print(f"run directory: {run_dir}")
+        self._print_layout(scenario, num_hosts)
         self.task_id = self.progress.add_task(scenario.name, total=scenario.protocol.rounds)
         self.live = Live(Group(self.progress, self.status), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
+
+    def _print_layout(self, scenario: Scenario, num_hosts: int) -> None:
+        """Where the clients train: a batched run's participants on a host train as one model."""
+        from hdcfl_ray.runtime.server.settings import trains_batched
+
+        if not trains_batched(scenario.runtime):
+            return
+        self.console.print(
+            f"batched training: a round's participants on each of the {num_hosts} host(s) train as one model "
+            "(updates.parquet's trained_together says how many did)",
+            highlight=False,
+        )
 
     def on_notice(self, text: str) -> None:
         self.console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)

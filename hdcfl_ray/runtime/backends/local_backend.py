@@ -2,7 +2,8 @@
 process, through `local_host`. No Ray is imported. Each host trains with
 `runtime.torch_threads` torch threads, like one Ray host, and there are as many
 hosts as the run's CPUs hold (`runtime.num_cpus`, or every core, divided by
-the threads per host), each on a thread of its own."""
+the threads per host), each on a thread of its own; on CUDA, one host per visible
+GPU or per share of one (placement.local_host_devices)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class LocalBackend:
     def __init__(self, prepared: Any) -> None:
         from hdcfl_ray.runtime.backends.local_host import in_process_run  # on use: it loads torch and the methods
 
-        from hdcfl_ray.runtime.backends.placement import local_host_count
+        from hdcfl_ray.runtime.backends.placement import local_host_devices
 
         scenario = prepared.scenario
         # Hosts of one torch thread each (runtime.torch_threads), side by side, as Ray
@@ -28,8 +29,10 @@ class LocalBackend:
         # proportion (docs/benchmarks.md, "A run beside ...").
         self.threads = local_cpus(scenario.runtime)
         self.host_runtime = scenario.runtime
-        hosts = local_host_count(scenario.runtime, prepared.partition.num_clients)
-        self.run = in_process_run(type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition), hosts=hosts)
+        devices = local_host_devices(scenario.runtime, prepared.partition.num_clients)
+        self.run = in_process_run(
+            type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition), hosts=len(devices), devices=devices
+        )
         self.num_hosts = len(self.run.hosts)
         self.client_hosts = dict(self.run.server.client_hosts)
 

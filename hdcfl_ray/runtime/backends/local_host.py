@@ -56,9 +56,12 @@ class InProcessRun:
         return [self.run_round(t) for t in range(1, self.server.rounds + 1)]
 
 
-def local_host(prepared, algorithm: Method | None = None, initial: ModelParams | None = None, clients: list | None = None) -> ClientHost:
+def local_host(
+    prepared, algorithm: Method | None = None, initial: ModelParams | None = None, clients: list | None = None, cuda_index: int | None = None
+) -> ClientHost:
     """One plain ClientHost owning every client of a `driver.PreparedRun` (or `clients`),
-    built with the run's method and initial weights unless given."""
+    built with the run's method and initial weights unless given; a CUDA host trains on
+    GPU `cuda_index` (default the first)."""
     scenario, dataset = prepared.scenario, prepared.dataset
     return ClientHost(
         scenario,
@@ -70,14 +73,16 @@ def local_host(prepared, algorithm: Method | None = None, initial: ModelParams |
         list(prepared.partition.clients) if clients is None else clients,
         initial or initial_parameters(scenario, dataset),
         dataset.num_classes,
+        cuda_index=cuda_index,
     )
 
 
-def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1) -> InProcessRun:
+def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1, devices: list[int | None] | None = None) -> InProcessRun:
     """The server of a `driver.PreparedRun` (asynchronous if its protocol says so)
     and `hosts` hosts owning contiguous blocks of clients, as Ray's hosts do, ready
-    for round 1. Each extra host gets its own copy of the method (as an actor gets
-    its own), so no method object is shared between threads."""
+    for round 1; `devices` gives each host's CUDA device (placement.local_host_devices).
+    Each extra host gets its own copy of the method (as an actor gets its own), so no
+    method object is shared between threads."""
     scenario = prepared.scenario
     dataset = prepared.dataset
     algorithm = algorithm or build_algorithm(scenario)
@@ -90,7 +95,13 @@ def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1) ->
     for client in prepared.partition.clients:
         clients_of_host[client_hosts[client.client_id]].append(client)
     host_list = [
-        local_host(prepared, algorithm if count == 1 else copy.deepcopy(algorithm), initial, clients_of_host[index])
+        local_host(
+            prepared,
+            algorithm if count == 1 else copy.deepcopy(algorithm),
+            initial,
+            clients_of_host[index],
+            cuda_index=None if devices is None else devices[index],
+        )
         for index in range(count)
     ]
     server_class = AsyncFederatedServer if settings.protocol.mode == "async" else FederatedServer

@@ -34,10 +34,36 @@ def assign_clients(num_clients: int, num_hosts: int) -> dict[int, int]:
     return assignment
 
 
-def local_host_count(runtime: RuntimeConfig, num_clients: int) -> int:
-    """The local backend's hosts: as many as the run's CPUs hold hosts of
-    `torch_threads_per_host` threads each, never more than there are clients."""
+def local_host_count(runtime: RuntimeConfig, num_clients: int, cuda_devices: int | None = None) -> int:
+    """The local backend's hosts (local_host_devices says on which device each trains)."""
+    return len(local_host_devices(runtime, num_clients, cuda_devices))
+
+
+def local_host_devices(runtime: RuntimeConfig, num_clients: int, cuda_devices: int | None = None) -> list[int | None]:
+    """Per host of the local backend, the CUDA device it trains on (None: the CPU).
+
+    On the CPU: as many hosts as the run's CPUs hold hosts of `torch_threads_per_host`
+    threads each. On CUDA (a GPU share asked for): the layout follows the devices, not
+    the cores: one host per visible GPU, or per share of it the user asked for (0.25:
+    four), each holding that share's clients, so a round's participants on a device
+    train as one batched model. Never more hosts than clients, nor than
+    `runtime.max_actors`. `cuda_devices` is the visible GPUs (default: torch's count)."""
     from hdcfl_ray.runtime.backends.choice import local_cpus
     from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
 
-    return max(1, min(num_clients, local_cpus(runtime) // torch_threads_per_host(runtime)))
+    share = runtime.num_gpus_per_actor
+    if share <= 0:
+        hosts = local_cpus(runtime) // torch_threads_per_host(runtime)
+        devices: list[int | None] = [None] * max(1, min(num_clients, hosts))
+    else:
+        if cuda_devices is None:
+            import torch
+
+            cuda_devices = torch.cuda.device_count()
+        per_device = max(1, int(round(1.0 / share, 6))) if share < 1 else 1
+        spacing = max(1, int(share)) if share >= 1 else 1  # a host uses one GPU; a share above 1 reserves more
+        usable = list(range(0, max(1, cuda_devices), spacing))  # no GPU: one host, whose device check says why
+        devices = [device for device in usable for _ in range(per_device)][: max(1, num_clients)]
+    if runtime.max_actors is not None:
+        devices = devices[: runtime.max_actors]
+    return devices

@@ -23,6 +23,7 @@ trains one client at a time (`batchable` says which).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -133,32 +134,109 @@ def train_together(requests: list[TrainRequest]) -> list[TrainStats]:
     return [result for result in stats if result is not None]
 
 
-class _ClientSchedule:
-    """One client's steps: epochs of ceil(n / batch) batches in its own seeded order."""
+@dataclass
+class _StepGroup:
+    """Clients that take a step together: each has a batch of `size` samples at this step."""
 
-    def __init__(self, request: TrainRequest) -> None:
-        self.request = request
-        self.num_samples = int(request.inputs.shape[0])
-        self.steps_per_epoch = -(-self.num_samples // request.batch_size)
-        self.total_steps = request.epochs * self.steps_per_epoch  # 0 for a client without samples
-        self.order: torch.Tensor | None = None
-        self.stopped = False  # a non-finite loss ended its training at an epoch's end
-        self.steps = 0
-        self.seen = 0
+    step: int
+    size: int
+    clients: list[int]
+    all_clients: bool  # every client of the group: no row selection needed
+    # slices of the plan's one device tensor: the clients' rows, and their batches as
+    # indices into the concatenated inputs ([clients, size])
+    rows: torch.Tensor | None = None
+    batches: torch.Tensor | None = None
+    log_offset: int = 0  # where its losses go in the loss log
 
-    def batch(self, step: int) -> torch.Tensor | None:
-        """The sample indices of this client's step `step` (None once it is done)."""
-        if self.stopped or step >= self.total_steps:
-            return None
-        within = step % self.steps_per_epoch
-        if within == 0:  # a new epoch draws its order, as train_locally does at the epoch's start
-            self.order = torch.randperm(self.num_samples, generator=self.request.generator).to(self.request.inputs.device)
-        assert self.order is not None
-        start = within * self.request.batch_size
-        return self.order[start : start + self.request.batch_size]
 
-    def ends_epoch(self, step: int) -> bool:
-        return step % self.steps_per_epoch == self.steps_per_epoch - 1
+class _GroupPlan:
+    """Every step of a group's training, worked out on the CPU before the first step:
+    each client's batch orders for all its epochs (drawn from its own generator, as
+    `train_locally` draws them, one per epoch), the clients that step together, and
+    their index tensors, all moved to the device in one transfer. The step loop then
+    never waits for the device: it slices this plan and writes each step's losses into
+    a log read once, when the update ends."""
+
+    def __init__(self, requests: list[TrainRequest]) -> None:
+        device = requests[0].inputs.device
+        batch = requests[0].batch_size
+        epochs = requests[0].epochs
+        self.num_samples = [int(request.inputs.shape[0]) for request in requests]
+        self.steps_per_epoch = [-(-n // batch) for n in self.num_samples]
+        self.offsets = [0]
+        for n in self.num_samples[:-1]:
+            self.offsets.append(self.offsets[-1] + n)
+        # the generators' states after each epoch's draw: a client whose loss turns
+        # non-finite stops after that epoch in train_locally, drawing no further orders
+        self.generator_states: list[list[torch.Tensor]] = []
+        orders: list[list[torch.Tensor]] = []
+        for request, n, offset in zip(requests, self.num_samples, self.offsets):
+            drawn, states = [], []
+            for _ in range(epochs if n else 0):
+                drawn.append(torch.randperm(n, generator=request.generator) + offset)
+                states.append(request.generator.get_state())
+            orders.append(drawn)
+            self.generator_states.append(states)
+        pieces: list[torch.Tensor] = []
+        self.groups: list[_StepGroup] = []
+        total = max(epochs * spe for spe in self.steps_per_epoch)
+        log_length = 0
+        for step in range(total):
+            by_size: dict[int, list[int]] = defaultdict(list)
+            for client, (n, spe) in enumerate(zip(self.num_samples, self.steps_per_epoch)):
+                if n and step < epochs * spe:
+                    within = step % spe
+                    by_size[min(batch, n - within * batch)].append(client)
+            for size in sorted(by_size, reverse=True):
+                clients = by_size[size]
+                group = _StepGroup(step, size, clients, len(clients) == len(requests), log_offset=log_length)
+                log_length += len(clients)
+                for client in clients:
+                    within = step % self.steps_per_epoch[client]
+                    pieces.append(orders[client][step // self.steps_per_epoch[client]][within * batch : within * batch + size])
+                pieces.append(torch.as_tensor(clients, dtype=torch.int64))
+                self.groups.append(group)
+        self.log_length = log_length
+        flat = torch.cat(pieces).to(device) if pieces else torch.zeros(0, dtype=torch.int64, device=device)  # the one transfer
+        position = 0
+        for group in self.groups:
+            count = len(group.clients)
+            group.batches = flat[position : position + count * group.size].view(count, group.size)
+            position += count * group.size
+            group.rows = flat[position : position + count]
+            position += count
+
+    def finish(self, requests: list[TrainRequest], loss_log: torch.Tensor) -> list[TrainStats]:
+        """Each client's stats from the loss log (one read: the update's only wait for
+        the device), as `train_locally` would report them: a client whose loss turned
+        non-finite stopped after that epoch, its generator as it left it there."""
+        losses = loss_log.tolist()
+        epochs = requests[0].epochs
+        per_client: list[list[tuple[int, int, float]]] = [[] for _ in requests]  # (step, size, loss)
+        for group in self.groups:
+            for position, client in enumerate(group.clients):
+                per_client[client].append((group.step, group.size, losses[group.log_offset + position]))
+        results = []
+        for client, request in enumerate(requests):
+            spe = self.steps_per_epoch[client]
+            loss_sum, seen, steps, nonfinite = 0.0, 0, 0, False
+            finite_so_far = True
+            for step, size, loss in per_client[client]:
+                finite_so_far = finite_so_far and math.isfinite(loss)
+                loss_sum += loss * size
+                seen += size
+                steps += 1
+                if step % spe == spe - 1 and not finite_so_far:  # train_locally reads the loss at the epoch's end
+                    nonfinite = True
+                    epoch = step // spe
+                    if epoch + 1 < epochs:
+                        request.generator.set_state(self.generator_states[client][epoch])
+                    break
+            mean_loss = float("nan") if nonfinite or not seen else loss_sum / seen
+            results.append(
+                TrainStats(mean_loss=mean_loss, num_samples=self.num_samples[client], steps=steps, nonfinite=nonfinite, samples_processed=seen)
+            )
+        return results
 
 
 def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
@@ -172,92 +250,90 @@ def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
     ]
     if not trainable:
         raise ValueError("nothing to train: both encoder and head are frozen")
+    plan = _GroupPlan(requests)
     with torch.no_grad():
         stacked_params, buffers = stack_module_state(joined)  # type: ignore[arg-type]
         params = {name: tensor.detach() for name, tensor in stacked_params.items()}
+        data = _Concatenated(requests)
     targets = None
     if first.proximal is not None:
         targets = [torch.stack([request.proximal.targets[i] for request in requests]) for i in range(len(names))]  # type: ignore[union-attr]
-    config = first.optimizer_config
     # every client's SGD momentum (rows of the stacked parameters)
     momentum = {name: torch.zeros_like(params[name]) for name in trainable}
-    schedules = [_ClientSchedule(request) for request in requests]
-    loss_sums = torch.zeros(len(requests), dtype=torch.float64, device=device)
-    finite = torch.ones(len(requests), dtype=torch.bool, device=device)
+    loss_log = torch.empty(plan.log_length, dtype=torch.float32, device=device)
     was_training = skeleton.training
     skeleton.train()
-    for step in range(max(schedule.total_steps for schedule in schedules)):
-        batches = [schedule.batch(step) for schedule in schedules]
-        by_size: dict[int, list[int]] = defaultdict(list)
-        for client, batch in enumerate(batches):
-            if batch is not None:
-                by_size[int(batch.shape[0])].append(client)
-        for size in sorted(by_size, reverse=True):
-            clients = by_size[size]
-            index = torch.as_tensor(clients, device=device)
-            rows = None if len(clients) == len(requests) else index
-            losses = _step(skeleton, names, trainable, params, buffers, momentum, targets, requests, batches, clients, rows, config, first.proximal, step == 0)
-            finite[index] &= torch.isfinite(losses)
-            loss_sums[index] += losses.double() * size
-            for client in clients:
-                schedules[client].steps += 1
-                schedules[client].seen += size
-        ending = [client for client, batch in enumerate(batches) if batch is not None and schedules[client].ends_epoch(step)]
-        if ending:  # the loss is read once per epoch per client, as train_locally reads it
-            flags = finite[torch.as_tensor(ending, device=device)].tolist()
-            for client, ok in zip(ending, flags):
-                if not ok:
-                    schedules[client].stopped = True
+    state = _StackedState(skeleton, names, trainable, params, buffers, momentum, targets, first.optimizer_config, first.proximal)
+    run_steps(plan.groups, state, data, loss_log)
     skeleton.train(was_training)
-    with torch.no_grad():
+    with torch.no_grad():  # each client's rows back into its model: one unbind per tensor, one copy for all
+        rows_of = {name: state.params[name].unbind(0) for name in names}
+        rows_of.update({name: buffer.unbind(0) for name, buffer in state.buffers.items()})
+        targets_back, sources = [], []
         for row, m in enumerate(joined):
-            for name, parameter in m.named_parameters():
-                parameter.copy_(params[name][row])
-            for name, buffer in m.named_buffers():
-                buffer.copy_(buffers[name][row])
-    totals = loss_sums.tolist()
-    results = []
-    for schedule, total in zip(schedules, totals):
-        nonfinite = schedule.stopped
-        mean_loss = float("nan") if nonfinite or not schedule.seen else total / schedule.seen
-        results.append(
-            TrainStats(mean_loss=mean_loss, num_samples=schedule.num_samples, steps=schedule.steps, nonfinite=nonfinite, samples_processed=schedule.seen)
-        )
-    return results
+            for name, tensor in (*m.named_parameters(), *m.named_buffers()):
+                targets_back.append(tensor)
+                sources.append(rows_of[name][row])
+        torch._foreach_copy_(targets_back, sources)
+    return plan.finish(requests, loss_log)
 
 
-def _step(
-    skeleton: _Joined,
-    names: list[str],
-    trainable: list[str],
-    params: dict[str, torch.Tensor],
-    buffers: dict[str, torch.Tensor],
-    momentum: dict[str, torch.Tensor],
-    targets: list[torch.Tensor] | None,
-    requests: list[TrainRequest],
-    batches: list[torch.Tensor | None],
-    clients: list[int],
-    rows: torch.Tensor | None,
-    config: OptimizerConfig,
-    proximal: ProximalPull | None,
-    first_step: bool,
-) -> torch.Tensor:
-    """One SGD step of `clients` (`rows` of the stacked tensors, None for all of them),
-    each on its own batch of one size; returns their losses (the batch mean plus the
-    proximal term)."""
-    device = requests[0].inputs.device
+@dataclass
+class _Concatenated:
+    """The group's clients' inputs, labels and sample weights, one after another (the
+    plan's batch indices point into them): one gather per step, however many clients."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    weights: torch.Tensor | None
+
+    def __init__(self, requests: list[TrainRequest]) -> None:
+        self.inputs = torch.cat([request.inputs for request in requests])
+        self.labels = torch.cat([request.labels for request in requests])
+        weighted = requests[0].sample_weights is not None
+        self.weights = torch.cat([request.sample_weights for request in requests]) if weighted else None  # type: ignore[misc]
+
+
+@dataclass
+class _StackedState:
+    """What the steps update: the stacked weights, buffers and momentum of a group."""
+
+    skeleton: _Joined
+    names: list[str]
+    trainable: list[str]
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    momentum: dict[str, torch.Tensor]
+    targets: list[torch.Tensor] | None
+    config: OptimizerConfig
+    proximal: ProximalPull | None
+
+
+def run_steps(groups: list[_StepGroup], state: _StackedState, data: _Concatenated, loss_log: torch.Tensor) -> None:
+    """The step loop: every step group of the plan, in order. Nothing here reads a
+    value back from the device or moves data to it (tests/test_batched_training.py
+    counts it), so on a GPU the host queues step after step while the device works."""
+    for group in groups:
+        losses = _step(state, data, group)
+        loss_log[group.log_offset : group.log_offset + len(group.clients)] = losses
+
+
+def _step(state: _StackedState, data: _Concatenated, group: _StepGroup) -> torch.Tensor:
+    """One SGD step of a group's clients (all of them, or the plan's rows), each on its
+    own batch of one size; returns their losses (the batch mean plus the proximal term)."""
+    rows = None if group.all_clients else group.rows
+    names, trainable = state.names, state.trainable
 
     def take(tensor: torch.Tensor) -> torch.Tensor:
         return tensor if rows is None else tensor[rows]
 
-    inputs = torch.stack([requests[c].inputs[batches[c]] for c in clients])  # type: ignore[index]
-    labels = torch.stack([requests[c].labels[batches[c]] for c in clients])  # type: ignore[index]
-    weights = None
-    if requests[0].sample_weights is not None:
-        weights = torch.stack([requests[c].sample_weights[batches[c]] for c in clients])  # type: ignore[index]
-    live = {name: take(params[name]).detach().requires_grad_(name in trainable) for name in names}
-    live_buffers = {name: take(buffer).clone() if rows is not None else buffer for name, buffer in buffers.items()}
-    live_targets = None if targets is None else [take(target) for target in targets]
+    inputs = data.inputs[group.batches]
+    labels = data.labels[group.batches]
+    weights = None if data.weights is None else data.weights[group.batches]
+    live = {name: take(state.params[name]).detach().requires_grad_(name in trainable) for name in names}
+    live_buffers = {name: take(buffer).clone() if rows is not None else buffer for name, buffer in state.buffers.items()}
+    live_targets = None if state.targets is None else [take(target) for target in state.targets]
+    skeleton, proximal = state.skeleton, state.proximal
 
     def client_loss(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *extra: Any) -> torch.Tensor:
         logits = functional_call(skeleton, (p, b), (x,))
@@ -277,18 +353,18 @@ def _step(
     if live_targets is not None:
         extra.append(live_targets)
     losses = vmap(client_loss, randomness="error")(live, live_buffers, inputs, labels, *extra)
-    with outside_autocast(device):
+    with outside_autocast(inputs.device):
         grads = torch.autograd.grad(losses.sum(), [live[name] for name in trainable], allow_unused=True)
     with torch.no_grad():
-        _sgd_step([live[name] for name in trainable], list(grads), trainable, momentum, rows, config, first_step)
+        _sgd_step([live[name] for name in trainable], list(grads), trainable, state.momentum, rows, state.config, group.step == 0)
         for name in trainable:
             if rows is None:
-                params[name] = live[name].detach()
+                state.params[name] = live[name].detach()
             else:
-                params[name][rows] = live[name].detach()
+                state.params[name][rows] = live[name].detach()
         if rows is not None:
             for name, buffer in live_buffers.items():
-                buffers[name][rows] = buffer
+                state.buffers[name][rows] = buffer
     return losses.detach().float()
 
 

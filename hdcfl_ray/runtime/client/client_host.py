@@ -104,6 +104,7 @@ class ClientHost:
         initial: ModelParams,
         num_classes: int,
         cache_bytes: int = 1 << 30,
+        cuda_index: int | None = None,
     ) -> None:
         import torch
 
@@ -121,7 +122,7 @@ class ClientHost:
         self.algorithm = algorithm
         # CUDA exactly when Ray granted this host GPU ids (or, outside Ray, the scenario asks for a GPU)
         self.granted_gpu_ids = granted_gpu_ids()
-        self.device = choose_device(scenario.runtime, self.granted_gpu_ids)
+        self.device = choose_device(scenario.runtime, self.granted_gpu_ids, index=cuda_index or 0)
         configure_cuda(scenario.runtime, self.device)  # before the first CUDA operation
         # auto picks bf16 on some CPUs: a portable run stays in float32 everywhere
         self.precision = resolve_precision("fp32" if scenario.runtime.portable else scenario.runtime.precision, self.device)
@@ -373,7 +374,7 @@ class ClientHost:
         seconds = (time.perf_counter() - started) / len(jobs)  # the batch's time, shared
         flat = []
         for ctx, upload, new_state in finished:
-            flat.extend(self._finish_update(ctx, upload, new_state, seconds))
+            flat.extend(self._finish_update(ctx, upload, new_state, seconds, trained_together=len(jobs)))
         return flat
 
     def _model_replicas(self, count: int) -> list[SplitModel]:
@@ -392,7 +393,9 @@ class ClientHost:
         with self._precision_scope():
             yield
 
-    def _finish_update(self, ctx: HostClientContext, upload: Any, new_state: Any, seconds: float) -> tuple[Mapping[str, Any], UploadMeta, Any]:
+    def _finish_update(
+        self, ctx: HostClientContext, upload: Any, new_state: Any, seconds: float, trained_together: int = 1
+    ) -> tuple[Mapping[str, Any], UploadMeta, Any]:
         client_id = ctx.client_id
         accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
         if accepted:
@@ -408,6 +411,7 @@ class ClientHost:
             host_generation=self._generation,
             budget=ctx.budget,
             models_bytes=payload_bytes(upload.models, lambda value: value),
+            trained_together=trained_together,
         )
         return upload.models, meta, self.client_states[client_id]
 

@@ -63,10 +63,11 @@ def _cuda_failure() -> str:
 
 
 def choose_device(
-    runtime: RuntimeConfig, granted: list[str] | None = None, cuda_available: Callable[[], bool] | None = None
+    runtime: RuntimeConfig, granted: list[str] | None = None, cuda_available: Callable[[], bool] | None = None, index: int = 0
 ) -> torch.device:
     """The device of a host with `runtime`'s settings and the GPU ids Ray granted it
-    (None: not a Ray worker)."""
+    (None: not a Ray worker); outside Ray a CUDA host trains on GPU `index` (the local
+    backend's hosts, one or more per visible GPU)."""
     if not wants_cuda(runtime, granted):
         return torch.device("cpu")
     if not (cuda_available or torch.cuda.is_available)():
@@ -78,7 +79,7 @@ def choose_device(
             "Install a torch wheel that matches the driver, or set runtime.num_gpus_per_actor: 0 to train on CPU"
         )
     # Ray makes the granted GPUs the only visible ones, so the first is this host's.
-    return torch.device("cuda", 0)
+    return torch.device("cuda", 0 if granted else index)
 
 
 def configure_cuda(runtime: RuntimeConfig, device: torch.device) -> None:
