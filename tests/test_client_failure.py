@@ -5,16 +5,14 @@ plain (no terminal colour codes from Ray's remote tracebacks)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 import hdcfl_ray
-from hdcfl_ray import plugins
 from hdcfl_ray.errors import ClientUpdateFailed, failure_text
 from tests.conftest import tiny_scenario
+from tests.test_plugins import loaded_plugin
 
 # a plugin inside this repository's tests package: importable by name on the workers of
 # the test session's Ray, which start in this checkout (a plugin from elsewhere is shipped
@@ -24,12 +22,7 @@ MODULE = "tests.failing_client_plugin"
 
 @pytest.fixture
 def failing_method(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
-    plugins.load_plugins([MODULE])
-    yield MODULE
-    os.environ.pop(plugins.ENV_VAR, None)
-    plugins.clear_caches()
-    sys.modules.pop(MODULE, None)
+    yield from loaded_plugin(MODULE, monkeypatch)
 
 
 def _scenario(**runtime: object) -> dict:

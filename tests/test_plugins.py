@@ -96,16 +96,22 @@ SOURCE = textwrap.dedent(
 )
 
 
+def loaded_plugin(module: str, monkeypatch: pytest.MonkeyPatch):
+    """Load `module` as a plugin for one test (a fixture's body): it is unloaded after,
+    the registries and HDCFL_RAY_PLUGINS as they were."""
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+    plugins.load_plugins([module])
+    yield module
+    os.environ.pop(plugins.ENV_VAR, None)
+    plugins.clear_caches()
+    sys.modules.pop(module, None)
+
+
 @pytest.fixture
 def plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / f"{MODULE}.py").write_text(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
-    plugins.load_plugins([MODULE])
-    yield MODULE
-    os.environ.pop(plugins.ENV_VAR, None)
-    plugins.clear_caches()
-    sys.modules.pop(MODULE, None)
+    yield from loaded_plugin(MODULE, monkeypatch)
 
 
 def plugin_scenario(**sections) -> dict:
