@@ -161,14 +161,20 @@ def validate(
         f"({dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images, {dataset.num_classes} classes), "
         f"{scenario.partition.num_clients} clients ({scenario.partition.kind}), {scenario.protocol.rounds} rounds."
     )
+    from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint
+
+    # what `chosen_for` holds for a knob value chosen on this setting
+    print(f"  data setting (dataset, partition, model): {data_setting_fingerprint(scenario)}")
     if prepared.auto_plan is not None:  # what choosing the auto knobs will run (nothing runs here)
         from hdcfl_ray.auto_knobs.cache import cached_choice
 
-        entry, cached = cached_choice(scenario, prepared.auto_plan)
+        from hdcfl_ray.auto_knobs.digests import data_digest
+
+        entry, cached = cached_choice(scenario, prepared.auto_plan, data=data_digest(dataset))
         for line in prepared.auto_plan.describe():
             print(f"  {line}")
         if cached is not None:
-            print(f"  chosen before for this setting and seed: {', '.join(f'{knob.key} = {knob.chosen:g}' for knob in cached.knobs)} ({entry})")
+            print(f"  chosen before for this setting, data, code and seed: {', '.join(f'{knob.key} = {knob.chosen:g}' for knob in cached.knobs)} ({entry})")
         else:
             print(f"  {prepared.auto_plan.candidate_runs} candidate run(s) before the run, kept in {entry}")
 

@@ -21,10 +21,32 @@ def _score(value: Any) -> str:
     return "-" if not isinstance(value, (int, float)) or math.isnan(value) else f"{100 * value:.2f}"
 
 
+def _how(candidate: dict[str, Any]) -> str:
+    """How a candidate was scored when it did not train a run of its own."""
+    if candidate.get("same_run_as") is not None:
+        return f" (= {_value(candidate['same_run_as'])})"
+    return " (replayed)" if candidate.get("replayed") else ""
+
+
 def _tried(knob: dict[str, Any]) -> str:
-    tried = ", ".join(f"{_value(c.get('value'))}: {_score(c.get('validation_mean_accuracy'))}" for c in knob.get("candidates") or [])
+    beyond = set(knob.get("extended") or ())
+    tried = ", ".join(
+        f"{_value(c.get('value'))}{' (beyond the grid)' if c.get('value') in beyond else ''}: "
+        f"{_score(c.get('validation_mean_accuracy'))}{_how(c)}"
+        for c in knob.get("candidates") or []
+    )
     skipped = knob.get("skipped") or {}
     return tried + (f" ({', '.join(skipped)} skipped)" if skipped else "")
+
+
+EDGE_FLAG = "at the grid's edge"
+
+
+def _chosen(knob: dict[str, Any]) -> Text:
+    """The value chosen, flagged when it is the largest or smallest value tried: the best
+    value may lie beyond what the grid holds."""
+    flags = [f"{EDGE_FLAG} ({'largest' if knob['at_edge'] == 'high' else 'smallest'} value tried)"] if knob.get("at_edge") else []
+    return Text(_value(knob.get("chosen")), "best", flags=tuple(flags))
 
 
 def _leaf(key: Any) -> str:
@@ -58,15 +80,23 @@ def auto_knobs_table(records: list[RunMetrics]) -> ReportTable | None:
                     Text(str(record.seed)),
                     Text(_knob(knob)),
                     Text(_tried(knob)),
-                    Text(_value(knob.get("chosen")), "best"),
+                    _chosen(knob),
                     Text(f"{int(knob.get('samples_trained') or 0):,}{cached}"),
                 ]
             )
+    edged = any(knob.get("at_edge") for record in chose for knob in (record.auto_knobs or {}).get("knobs") or [])
     note = (
         f"Each value tried is one shortened run ({'; '.join(sorted(schedules))}), scored on the held-out images "
         f"(validation mean accuracy, %), never on the test set; chosen by: {'; '.join(sorted(rules))}. "
-        "A knob chosen after another is tried at that one's choice (in brackets)."
+        "A knob chosen after another is tried at that one's choice (in brackets). (= v): the same run as value v, "
+        "which the method declared (trained once); (replayed): scored on a replay of one candidate's saved refreshes "
+        "(the knob changes no training); (beyond the grid): tried because the choice landed on the grid's edge."
     )
+    if edged:
+        note += (
+            f" [{EDGE_FLAG}] the value chosen is the largest or smallest value tried, and the method knows no "
+            "meaningful value beyond it (or that one did worse): the best value may lie outside the grid."
+        )
     return ReportTable(
         title="Knobs the runs chose for themselves (auto)",
         header=["Method", "Setting", "Seed", "Knob", "Values tried: validation mean (%)", "Chosen", "Samples trained for the choice"],

@@ -86,6 +86,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)
+        values["num_clients"] = float((run.scenario.get("partition") or {}).get("num_clients") or math.nan)
         # resumes that went on with the clients on other hosts (simulate --allow-layout-change)
         values["host_layout_changes"] = float(len(run.manifest.get("host_layout_changes") or []))
         scored_on = SCORED_ON_VALIDATION if run.scored_on_validation else SCORED_ON_TEST

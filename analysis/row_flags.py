@@ -24,6 +24,7 @@ LOCAL = "local"
 
 FLAG_RULES = {
     "one group": "collapsed: a clustered method ended with one group where the partition plants several and the method was not set to form one (in at least one seed)",
+    "one cluster per client": "collapsed: a clustering method ended with as many groups as clients, each client in a cluster of its own: the same as Local (in at least one seed; the value that did it in brackets)",
     "uniform memberships": f"collapsed: mean normalised membership entropy >= {UNIFORM_ENTROPY} (every client spread evenly over the clusters; in at least one seed)",
     "worst client 0%": "the worst client scored 0% in at least one seed",
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
@@ -51,6 +52,9 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
         found = []
         if any(_value(r, "num_groups") == 1 and not math.isnan(_value(r, "ari_true")) and _value(r, "groups_asked") != 1 for r in runs):
             found.append("one group")
+        singletons = [r for r in runs if _one_per_client(r) and method != LOCAL]
+        if singletons:
+            found.append(f"one cluster per client ({_cause(singletons)})")
         if any(_value(r, "membership_entropy") >= UNIFORM_ENTROPY for r in runs):
             found.append("uniform memberships")
         if any(_value(r, "worst_accuracy") == 0.0 for r in runs):
@@ -101,6 +105,20 @@ def flag_note(shown: Iterable[Iterable[str]]) -> str:
     used = {flag_name(flag) for flags in shown for flag in flags}
     rules = [f"[{name}] {rule}" for name, rule in FLAG_RULES.items() if name in used]
     return ("Flags: " + "; ".join(rules) + ".") if rules else ""
+
+
+def _one_per_client(record: RunMetrics) -> bool:
+    groups, clients = _value(record, "num_groups"), _value(record, "num_clients")
+    return not math.isnan(_value(record, "ari_true")) and groups > 1 and groups == clients
+
+
+def _cause(runs: list[RunMetrics]) -> str:
+    """The knob values behind a collapse: the ones the runs chose (`auto`), else 'as set'."""
+    chosen = sorted({
+        f"{str(knob.get('key', '')).rsplit('.', 1)[-1]} {knob.get('chosen'):g} chosen by auto"
+        for run in runs if isinstance(run.auto_knobs, dict) for knob in run.auto_knobs.get("knobs") or []
+    })  # fmt: skip
+    return "; ".join(chosen) if chosen else "its knobs as set"
 
 
 def _value(record: RunMetrics, name: str) -> float:

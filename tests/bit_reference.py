@@ -37,6 +37,7 @@ OVERRIDES = {
     "algorithm.ditto.lambda_selection": "fixed",
     # the values the files were recorded with (the methods' defaults); the quickstart's own are calibrated
     # (docs/calibration.md)
+    "algorithm.hdcfl.groups": 4,
     "algorithm.ifca.clusters": 4,
     "algorithm.fedsoft.centers": 3,
     "algorithm.fedce.temperature": 4.0,

@@ -24,6 +24,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"not started: past {DEADLINE_ENV} (the time budget of the run that set it)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _auto_knobs_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Choices of auto knobs go to a folder of this test session, never the user's cache
+    (HDCFL_RAY_CACHE, which the commands the tests start inherit)."""
+    from hdcfl_ray.auto_knobs.cache import CACHE_VARIABLE
+
+    previous = os.environ.get(CACHE_VARIABLE)
+    os.environ[CACHE_VARIABLE] = str(tmp_path_factory.mktemp("hdcfl-ray-cache"))
+    yield
+    if previous is None:
+        os.environ.pop(CACHE_VARIABLE, None)
+    else:
+        os.environ[CACHE_VARIABLE] = previous
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     import ray
@@ -42,6 +57,7 @@ def ray_session() -> Iterator[None]:
 # so the suite's runs keep their bits and their time. A test of `auto` sets it explicitly
 # and is marked `auto_knobs` (the fixture below refuses to choose knobs in any other test).
 PINNED_AUTO_KNOBS: dict[str, dict[str, Any]] = {
+    "hdcfl": {"groups": 4},
     "fedce": {"clusters": 4, "temperature": 4.0},
     "fedprox": {"mu": 0.01},
     "fedsoft": {"centers": 3, "proximal": 0.01},

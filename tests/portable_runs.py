@@ -52,7 +52,7 @@ def quickstart(rounds: int = 2, **runtime: Any) -> dict[str, Any]:
     a refresh from round 1, so the server's grouping maths (numpy) counts too."""
     scenario = yaml.safe_load((REPO / "scenarios" / "quickstart.yaml").read_text())
     scenario["protocol"].update(rounds=rounds, participation=0.5)
-    scenario["algorithm"]["hdcfl"].update(activation_round=1, refresh_every=1)
+    scenario["algorithm"]["hdcfl"].update(activation_round=1, refresh_every=1, groups=4)  # G as the golden files hold it
     scenario["runtime"].update(backend="local", **runtime)
     return scenario
 

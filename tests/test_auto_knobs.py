@@ -18,7 +18,7 @@ import yaml
 
 import hdcfl_ray
 from hdcfl_ray.algorithms.registry import method_specs
-from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER, CHOICE_FILE
+from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER, CACHE_VARIABLE, CHOICE_FILE
 from hdcfl_ray.auto_knobs.plan import auto_plan, short_rounds
 from hdcfl_ray.auto_knobs.selection import choose
 from hdcfl_ray.config.loading import build_scenario
@@ -41,6 +41,7 @@ EXPECTED_KNOBS = {
     "algorithm.fedsoft.centers",
     "algorithm.fedsoft.proximal",
     "algorithm.fedprox.mu",
+    "algorithm.hdcfl.groups",
 }
 DECLARED = [(name, knob.key) for name, spec in method_specs().items() for knob in spec.auto_knobs]
 
@@ -61,6 +62,12 @@ def small(tmp_path: Path, method: str, section: dict[str, Any], **changes: Any) 
 
 def simulate(scenario: dict[str, Any], out: Path) -> hdcfl_ray.Run:
     return hdcfl_ray.simulate(scenario, out=out, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _cache_of_this_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's choices in a cache of its own: `tmp_path/cache/auto-knobs`."""
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
 
 
 def candidate_folders(root: Path) -> list[Path]:
@@ -92,8 +99,12 @@ def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_pat
     (knob,) = record["knobs"]
     assert knob["key"] == f"algorithm.{method}.{key}" and record["from_cache"] is False
     scores = [(c["value"], c["validation_mean_accuracy"]) for c in knob["candidates"]]
-    assert [value for value, _ in scores] == knob["grid"] and all(0.0 <= score <= 1.0 for _, score in scores)
-    assert knob["chosen"] == choose(scores)  # the highest validation score, the smaller of equals
+    # the grid, and the value beyond its edge when the choice landed there
+    assert [value for value, _ in scores] == sorted([*knob["grid"], *knob["extended"]]) and all(0.0 <= score <= 1.0 for _, score in scores)
+    best = max(score for _, score in scores)
+    assert dict(scores)[knob["chosen"]] == best  # the highest validation score
+    if not any(c.get("same_run_as") is not None for c in knob["candidates"]):
+        assert knob["chosen"] == choose(scores)  # the smaller of equals, where no two values are one run
     assert knob["samples_trained"] == sum(c["samples_trained"] for c in knob["candidates"]) > 0
     assert record["rounds"] == 1 and record["validation_fraction"] == 0.2
     # the run folder keeps `auto` as written: reruns and reports compare the scenario as written
@@ -168,7 +179,7 @@ def test_the_choice_never_reads_the_test_set(tmp_path: Path) -> None:
 
 def test_a_second_run_of_the_setting_and_seed_reads_the_cache_and_another_seed_or_setting_does_not(tmp_path: Path) -> None:
     first = simulate(small(tmp_path, "ifca", {"clusters": "auto"}), tmp_path / "first")
-    made = candidate_folders(tmp_path / "runs")
+    made = candidate_folders(tmp_path / "cache")
     notices: list[str] = []
 
     class Notices(QuietObserver):
@@ -180,8 +191,8 @@ def test_a_second_run_of_the_setting_and_seed_reads_the_cache_and_another_seed_o
     run_simulation(prepare_run(again), tmp_path / "again", Notices())
     record = json.loads((tmp_path / "again" / "manifest.json").read_text())["auto_knobs"]
     assert record["from_cache"] is True and record["knobs"] == first.manifest["auto_knobs"]["knobs"]
-    assert candidate_folders(tmp_path / "runs") == made  # nothing trained again
-    assert any("chosen earlier for this setting and seed" in notice for notice in notices)
+    assert candidate_folders(tmp_path / "cache") == made  # nothing trained again
+    assert any("chosen earlier for this setting, data, code and seed" in notice for notice in notices)
 
     other_seed = simulate(small(tmp_path, "ifca", {"clusters": "auto"}, seed=8), tmp_path / "seed8")
     other_setting = simulate(small(tmp_path, "ifca", {"clusters": "auto"}, protocol={"local_epochs": 2}), tmp_path / "epochs2")
@@ -247,18 +258,18 @@ def test_the_report_shows_each_choice_its_scores_and_its_cost(tmp_path: Path) ->
     assert clusters["held"] == {"algorithm.fedce.temperature": 4.0}  # its placeholder while S is chosen
     assert temperature["held"] == {"algorithm.fedce.clusters": clusters["chosen"]}  # T is chosen at the chosen S
     rows = [line for line in text.splitlines() if line.startswith("| fedce |")]
-    table_rows = [row for row in rows if "clusters" in row or "temperature" in row]
+    table_rows = [row for row in rows if "| clusters" in row or "| temperature" in row]
     assert len(table_rows) == 4  # two runs x two knobs
     first = next(row for row in table_rows if "| temperature (at clusters" in row and "cached" not in row)
     for candidate in temperature["candidates"]:
         assert f"{candidate['value']:g}: {100 * candidate['validation_mean_accuracy']:.2f}" in first
-    assert f"**{temperature['chosen']:g}**" in first and f"{temperature['samples_trained']:,}" in first
+    assert f"**{temperature['chosen']:g}" in first and f"{temperature['samples_trained']:,}" in first
     assert sum("read from the cache" in row for row in table_rows) == 2
     # the candidate runs are evidence: a report of the folders above them leaves them out
     from analysis.runs import find_run_dirs
 
     assert find_run_dirs([tmp_path]) == sorted([made.dir, cached.dir])
-    assert len(find_run_dirs([tmp_path / "runs" / CACHE_FOLDER])) == 5  # 2 values of S, 3 of T
+    assert len(find_run_dirs([tmp_path / "cache" / CACHE_FOLDER])) == 5  # 2 values of S, 3 of T
 
 
 def test_validate_says_which_knobs_are_auto_and_what_the_choice_will_run(tmp_path: Path, write_scenario) -> None:
@@ -306,12 +317,20 @@ def test_a_sweep_chooses_once_per_setting_method_and_seed(tmp_path: Path, write_
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
+# HDC-FL's G: the paper fixes G = 4 in all its settings, so its scenario files (and their
+# CPU-sized versions) keep 4; every other scenario lets the run choose it
+PAPER_G = ("hdcfl", "groups")
+
+
 @pytest.mark.parametrize("path", ["quickstart.yaml", "cpu/cpu-c10-rot.yaml", "cpu/cpu-c10-ls3.yaml"])
 def test_the_calibrated_scenarios_pin_every_knob_a_run_could_choose(path: str) -> None:
     """Their values were chosen by `hdcfl-ray calibrate` (docs/calibration.md) and their
     published tables (and the quickstart's pinned bits) were made with them."""
     algorithm = yaml.safe_load((SCENARIOS / path).read_text())["algorithm"]
     for name, key in DECLARED:
+        if (name, key) == PAPER_G and not path.startswith("cpu/"):
+            assert algorithm[name][key] == "auto", f"{path}: HDC-FL's G is chosen like its rivals' knobs outside the paper's settings"
+            continue
         assert algorithm.get(name, {}).get(key, "auto") != "auto", f"{path}: algorithm.{name}.{key}"
 
 
@@ -319,4 +338,7 @@ def test_the_calibrated_scenarios_pin_every_knob_a_run_could_choose(path: str) -
 def test_the_uncalibrated_scenarios_leave_every_such_knob_to_the_run(path: str) -> None:
     algorithm = yaml.safe_load((SCENARIOS / path).read_text())["algorithm"]
     for name, key in DECLARED:
+        if (name, key) == PAPER_G and path.startswith(("paper/", "cpu/")):
+            assert algorithm[name][key] == 4, f"{path}: the paper's G"
+            continue
         assert algorithm.get(name, {}).get(key, "auto") == "auto", f"{path}: algorithm.{name}.{key}"

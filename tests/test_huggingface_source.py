@@ -79,7 +79,7 @@ def test_subsets_and_a_held_out_test_split(digits_folders):
 def test_the_quickstart_on_a_huggingface_copy_of_digits_matches_the_digits_run(tmp_path, digits_folders):
     import pyarrow.parquet as pq
 
-    overrides = {"protocol.rounds": 2, "runtime.backend": "local", "runtime.num_cpus": 1, "seed": SEED}
+    overrides = {"protocol.rounds": 2, "runtime.backend": "local", "runtime.num_cpus": 1, "seed": SEED, "algorithm.hdcfl.groups": 4}
     digits = hdcfl_ray.simulate(ROOT / "scenarios/quickstart.yaml", overrides=overrides, out=tmp_path / "digits", progress=False)
     copy = hdcfl_ray.simulate(
         ROOT / "scenarios/quickstart.yaml",

@@ -14,6 +14,7 @@ QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.
 
 
 @pytest.mark.slow
+@pytest.mark.auto_knobs  # the quickstart chooses HDC-FL's G itself, as a new user's run does
 @pytest.mark.usefixtures("ray_session")
 def test_quickstart_recovers_the_rotation_groups_and_writes_every_table(tmp_path):
     run_dir = tmp_path / "quickstart"

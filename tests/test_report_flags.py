@@ -145,3 +145,24 @@ def test_a_flag_marks_the_cells_of_its_own_metric_and_the_runs_flags_mark_every_
     worst = next(table for table in all_tables(RUNS) if table.title.startswith("Final worst-client"))
     pacfl_row = next(row for row in worst.rows if row[0].value == "pacfl")
     assert "below Local" not in to_markdown([worst]) and pacfl_row[2].flags == ("one group", "worst client 0%")  # columns: ls3, rot
+
+
+def test_one_cluster_per_client_is_named_with_the_value_that_did_it_in_every_table():
+    """PACFL's smallest threshold puts every client in a cluster of its own: the same as
+    Local. The row says so, with the value `auto` chose, in md, csv and latex; the choices
+    table marks a value at its grid's edge."""
+    choice = {"method": "pacfl", "rule": "r", "rounds": 8, "full_rounds": 20, "validation_fraction": 0.2, "from_cache": False,
+              "knobs": [{"key": "algorithm.pacfl.threshold", "grid": [0.001, 0.25], "chosen": 0.001, "at_edge": "low", "extended": [],
+                         "candidates": [{"value": 0.001, "validation_mean_accuracy": 0.9, "samples_trained": 10},
+                                        {"value": 0.25, "validation_mean_accuracy": 0.9, "samples_trained": 0, "same_run_as": 0.001}]}]}  # fmt: skip
+    runs = [*(run("ls2", "local", seed, 0.90 + 0.01 * seed) for seed in (1, 2, 3))]
+    for seed in (1, 2, 3):
+        base = run("ls2", "pacfl", seed, 0.90 + 0.01 * seed, groups=20, ari=0.0)
+        runs.append(RunMetrics("ls2", "pacfl", seed, {**base.values, "num_clients": 20.0}, auto_knobs=choice))
+    flags = row_flags(runs)
+    assert flags[("ls2", "pacfl")] == ["one cluster per client (threshold 0.001 chosen by auto)"]
+    tables = all_tables(runs)
+    for text in (to_markdown(tables), to_csv(tables), to_latex(tables)):
+        assert "one cluster per client (threshold 0.001 chosen by auto)" in text
+    markdown = to_markdown(tables)
+    assert "[at the grid's edge (smallest value tried)]" in markdown and "0.25: 90.00 (= 0.001)" in markdown

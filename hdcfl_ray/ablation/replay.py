@@ -38,7 +38,7 @@ from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import initial_parameters
 from hdcfl_ray.runtime.backends.local_host import local_host
 from hdcfl_ray.runtime.server.messages import EvalReport
-from hdcfl_ray.runtime.driver import PreparedRun, prepare_run
+from hdcfl_ray.runtime.preflight import PreparedRun, prepare_run
 
 # The refresh schedule decides at which rounds caches were saved; a replay can
 # only score the rounds the run refreshed at.
@@ -82,7 +82,14 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
         seed=scenario.seed,
         scenario_name=scenario.name,
         # the arithmetic the replay scores with, as a run records it: reports pair a replay with its run by seed
-        extra={"status": "running", "ablation_of": str(run_dir), "overrides": overrides, "arithmetic": arithmetic_facts(scenario.runtime.portable)},
+        extra={
+            "status": "running",
+            "ablation_of": str(run_dir),
+            "overrides": overrides,
+            "arithmetic": arithmetic_facts(scenario.runtime.portable),
+            # the images it scores, as the run's own: the test split, or images held out of training
+            "dataset": {"scored_on": "validation" if scenario.partition.validation_fraction is not None else "test"},
+        },
     )
     try:
         _replay(prepare_run(scenario), run_scenario, refreshes, out_dir, started)

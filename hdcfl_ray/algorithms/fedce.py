@@ -72,7 +72,7 @@ from pydantic import Field
 from hdcfl_ray.algorithms.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
 
 class FedCEParams(Section):
@@ -327,5 +327,5 @@ METHOD = MethodSpec(
     build=lambda params, run: FedCE(params, run),
     extra_models="clusters",
     # as docs/calibration.md chose them by hand: S first (at T = 4), then T at the chosen S
-    auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),
+    auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True, beyond=doubled_count), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),
 )

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
-from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, MethodSpec, Section, Upload
+from hdcfl_ray.contract import AutoKnob, tenfold, ClientContext, ClientTask, MethodSpec, Section, Upload
 
 
 class FedProxParams(Section):
@@ -63,5 +63,5 @@ METHOD = MethodSpec(
     summary="FedProx: FedAvg with a proximal pull of each local update towards the downloaded global model",
     params=FedProxParams,
     build=lambda params, _run: FedProx(params),
-    auto_knobs=(AutoKnob("mu", (0.001, 0.01, 0.1, 1.0)),),
+    auto_knobs=(AutoKnob("mu", (0.001, 0.01, 0.1, 1.0), beyond=tenfold),),
 )

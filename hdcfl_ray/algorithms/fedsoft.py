@@ -54,7 +54,7 @@ from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
-from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, doubled_count, tenfold, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -279,5 +279,8 @@ METHOD = MethodSpec(
     build=lambda params, run: FedSoft(params, run),
     extra_models="centers",
     # as docs/calibration.md chose them by hand: lambda first (at 3 centres), then the centres at the chosen lambda
-    auto_knobs=(AutoKnob("proximal", (0.001, 0.01, 0.1)), AutoKnob("centers", (2, 4, 10), placeholder=3, counts_models=True)),
+    auto_knobs=(
+        AutoKnob("proximal", (0.001, 0.01, 0.1), beyond=tenfold),
+        AutoKnob("centers", (2, 4, 10), placeholder=3, counts_models=True, beyond=doubled_count),
+    ),
 )

@@ -9,7 +9,7 @@ encoder."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
 from pydantic import Field
@@ -17,7 +17,7 @@ from pydantic import Field
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, Upload
+from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, Upload, doubled_count
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 
 
@@ -26,7 +26,11 @@ class HDCFLParams(Section):
 
     descriptor: Literal["lowrank", "raw"] = Field("lowrank", description="head descriptor: normalised rank-r (lowrank) or the flattened heads (raw)")
     rank: int = Field(8, ge=1, description="r; effective rank = min(r, K-1, rank of the heads)")
-    groups: int = Field(4, ge=1, description="G, the k-means groups")
+    groups: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto",
+        description="G, the k-means groups; auto = chosen before the run on held-out training images among 2, 3, 4, 6, 8 "
+        "(replays of one shortened run: G changes no training; docs/hdcfl.md)",
+    )
     membership: Literal["soft", "hard"] = Field("soft", description="softmax over distances to the group centres (soft) or the own group only (hard)")
     temperature: float = Field(1.0, gt=0.0, description="tau of the soft memberships: T = tau x temperature_scale's spread")
     temperature_scale: Literal["within", "between"] = Field(
@@ -159,6 +163,15 @@ def _check(params: HDCFLParams, run: RunInfo) -> str | None:
     return None
 
 
+def _shortened(params: HDCFLParams, rounds: int) -> HDCFLParams:
+    """A candidate run of `rounds` rounds refreshes inside them: a first refresh round set
+    for the full run moves to the same share of the shortened one (the last round always
+    refreshes, so the candidate is scored with its groups)."""
+    if params.activation_round is None or params.activation_round <= rounds:
+        return params
+    return params.model_copy(update={"activation_round": max(1, rounds - 1)})
+
+
 METHOD = MethodSpec(
     name="hdcfl",
     summary="HDC-FL: groups read off the private heads, each client scored with a soft mixture of encoder prototypes",
@@ -166,4 +179,7 @@ METHOD = MethodSpec(
     build=lambda params, run: HDCFL(params, rounds=run.rounds, seed=run.seed),
     asynchronous=True,
     check=_check,
+    # G changes what the server makes of the heads at a refresh, never what a client trains
+    auto_knobs=(AutoKnob("groups", (2, 3, 4, 6, 8), counts_models=True, beyond=doubled_count, server_side=True),),
+    shortened=_shortened,
 )

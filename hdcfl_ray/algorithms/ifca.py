@@ -35,7 +35,7 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
 
 class IFCAParams(Section):
@@ -159,5 +159,5 @@ METHOD = MethodSpec(
     params=IFCAParams,
     build=lambda params, run: IFCA(params, run),
     extra_models="clusters",
-    auto_knobs=(AutoKnob("clusters", (2, 4, 10), counts_models=True),),
+    auto_knobs=(AutoKnob("clusters", (2, 4, 10), counts_models=True, beyond=doubled_count),),
 )

@@ -191,10 +191,21 @@ class PACFL(AlgorithmDefaults):
         return EvalResult(references={"personalized": stats}, headline="personalized", group=cluster)
 
 
+def clustering_of(params: PACFLParams, state: PACFLState, threshold: float) -> tuple[int, ...]:
+    """The clusters `threshold` cuts the clients' subspaces into, given the proximity the
+    round-1 probes measured (as a canonical labelling): thresholds with one clustering give
+    one run, so `auto` trains them once."""
+    if state.proximity is None:
+        raise RuntimeError("PACFL has no proximity yet: the round-1 subspace probe did not run")
+    labels = agglomerative_clusters(state.proximity, threshold_in_radians(threshold, params.threshold_unit), params.linkage)
+    first_seen: dict[int, int] = {}
+    return tuple(first_seen.setdefault(int(label), len(first_seen)) for label in labels)
+
+
 METHOD = MethodSpec(
     name="pacfl",
     summary="PACFL: one-shot clustering on the angles between the clients' data subspaces",
     params=PACFLParams,
     build=lambda params, run: PACFL(params, run),
-    auto_knobs=(AutoKnob("threshold", auto_thresholds),),
+    auto_knobs=(AutoKnob("threshold", auto_thresholds, same_run_key=clustering_of),),
 )

@@ -1,14 +1,22 @@
 """Where a run's choice of its auto knobs is kept, so that every run of one setting,
-method and seed (a sweep's, a rerun's) chooses once.
+data, code, method and seed (a sweep's, a rerun's) chooses once, and no other run is
+served it.
 
 A choice belongs to: the setting (`setting_fingerprint`: the resolved scenario
-without its name, seed, method, label and the keys a rerun may change), the method
-and its section as written (`auto` included), the seed, the candidates of each
-knob, the candidates' rounds and held-out share. Its entry is the folder
+without its name, seed, method, label and the keys a rerun may change), the data the
+candidates saw (a digest of the loaded arrays, not the path they came from: data
+regenerated in place gets a new choice), the code that ran them (a digest of the
+package's sources, and of a plugin method's module), the method and its section as
+written (`auto` included), the seed, the candidates of each knob, the candidates'
+rounds and held-out share. Its entry is the folder
 `<root>/<method>-seed<seed>-<digest>/` holding `choice.json` (the key written out
 and the record the runs copy into their manifests) and one run folder per
-candidate, `<knob>-<value>/`, as evidence. The root is `<output.dir>/auto-knobs/`
-for `hdcfl-ray simulate` and `hdcfl_ray.simulate`, `SWEEP_DIR/auto-knobs/` for a
+candidate, `<knob>-<value>/`, as evidence. A choice with a failed candidate is not
+written, so the next run tries again.
+
+The root does not depend on the working directory: `$HDCFL_RAY_CACHE/auto-knobs`,
+else `$XDG_CACHE_HOME/hdcfl-ray/auto-knobs`, else `~/.cache/hdcfl-ray/auto-knobs`
+for `hdcfl-ray simulate` and `hdcfl_ray.simulate`; `SWEEP_DIR/auto-knobs/` for a
 sweep. Deleting an entry (or the root) makes the next run choose again."""
 
 from __future__ import annotations
@@ -26,23 +34,49 @@ from hdcfl_ray.auto_knobs.plan import AutoPlan
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord
 from hdcfl_ray.config.schema import Scenario
 
-CACHE_FOLDER = "auto-knobs"  # under output.dir, or a sweep's folder
+CACHE_FOLDER = "auto-knobs"  # under the user's cache folder, or a sweep's folder
 CHOICE_FILE = "choice.json"
 LOCK_FILE = ".lock"
-# The way candidates are run and scored; a change to it makes earlier entries miss.
-PROCEDURE = 1
+CACHE_VARIABLE = "HDCFL_RAY_CACHE"
 
 
-def default_root(scenario: Scenario) -> Path:
-    return Path(scenario.output.dir) / CACHE_FOLDER
+def default_root(scenario: Scenario | None = None) -> Path:
+    """The user's cache of choices (module docstring), an absolute path."""
+    explicit = os.environ.get(CACHE_VARIABLE)
+    if explicit:
+        return Path(explicit).expanduser().resolve() / CACHE_FOLDER
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser().resolve() / "hdcfl-ray" / CACHE_FOLDER
 
 
-def cache_key(scenario: Scenario, plan: AutoPlan) -> dict[str, Any]:
-    """Everything a choice depends on, as plain values."""
+def _method_code(method: str) -> str:
+    """A plugin method's own module (the package's sources are in code_digest)."""
+    import hashlib
+    import inspect
+    import sys
+
+    from hdcfl_ray.algorithms.registry import method_spec
+
+    module = sys.modules.get(method_spec(method).build.__module__)
+    try:
+        source = inspect.getsourcefile(module) if module is not None else None
+    except TypeError:
+        source = None
+    if source is None or Path(source).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+        return ""
+    return hashlib.blake2b(Path(source).read_bytes(), digest_size=16).hexdigest()
+
+
+def cache_key(scenario: Scenario, plan: AutoPlan, data: str | None = None) -> dict[str, Any]:
+    """Everything a choice depends on, as plain values; `data` is the digest of the
+    loaded dataset (digests.data_digest)."""
+    from hdcfl_ray.auto_knobs.digests import code_digest
     from hdcfl_ray.config.fingerprint import method_knobs, setting_fingerprint
 
     return {
-        "procedure": PROCEDURE,
+        "code": code_digest(),
+        "plugin_code": _method_code(plan.method),
+        "data": data,
         "setting": setting_fingerprint(scenario),
         "method": plan.method,
         "section": method_knobs(scenario),
@@ -102,9 +136,9 @@ def entry_lock(entry: Path, poll_s: float = 0.5) -> Iterator[None]:
         os.close(descriptor)
 
 
-def cached_choice(scenario: Scenario, plan: AutoPlan, root: Path | None = None) -> tuple[Path, AutoKnobsRecord | None]:
+def cached_choice(scenario: Scenario, plan: AutoPlan, root: Path | None = None, data: str | None = None) -> tuple[Path, AutoKnobsRecord | None]:
     """The cache entry a run of `scenario` would use, and the choice it holds (None:
     the run will choose)."""
-    key = cache_key(scenario, plan)
+    key = cache_key(scenario, plan, data)
     entry = entry_dir(root if root is not None else default_root(scenario), key)
     return entry, read_choice(entry, key)

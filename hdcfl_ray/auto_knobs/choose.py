@@ -1,16 +1,31 @@
 """Choosing a run's auto knobs: knob after knob in the method's order, one shortened,
 validation-scored candidate run per value (plan.py), the value the rule picks
 (selection.py) kept, the choice written to the cache (cache.py) for the next run of
-the same setting and seed. The candidates run through the driver like any run (it
-passes the `Runner`, which reuses the run's loaded dataset), into folders of the
-cache entry."""
+the same setting, data, code and seed. The candidates run through the driver like any
+run (it passes the `Runner`, which reuses the run's loaded dataset), into folders of
+the cache entry.
+
+What a candidate costs is kept to what tells the values apart:
+
+* values a method declares to give the same run (`AutoKnob.same_run_key`, read off the
+  method's state after round 1's probes: PACFL's thresholds that cut the clients into
+  the same clusters) run once, and the others take its score;
+* values that change nothing a client trains (`AutoKnob.server_side`: HDC-FL's groups)
+  are scored on replays of one candidate's saved refreshes;
+* a choice at the edge of its grid runs the value one step beyond it where the method
+  says that means something (`AutoKnob.beyond`), and is recorded at the edge when it
+  stays there.
+
+A choice with a failed candidate is not cached: the next run tries that value again."""
 
 from __future__ import annotations
 
 import math
 import shutil
+import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,41 +33,73 @@ from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_ch
 from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice
 from hdcfl_ray.auto_knobs.selection import RULE, choose
-from hdcfl_ray.config.schema import Scenario
-from hdcfl_ray.contract.method import AutoValue
+from hdcfl_ray.config.schema import Scenario, method_params
+from hdcfl_ray.contract.method import AutoKnob, AutoValue
 from hdcfl_ray.errors import ScenarioError, failure_text
 
 Notify = Callable[[str], None]
 Runner = Callable[[Scenario, Path], None]  # runs a scenario into a new run folder
+# the method's server state after round 1's probes, for a scenario (runtime/backends/local_host.py)
+Prober = Callable[[Scenario], Any]
 
 
-def choose_auto_knobs(scenario: Scenario, plan: AutoPlan, root: Path, notify: Notify, run: Runner) -> AutoKnobsRecord:
+def choose_auto_knobs(
+    scenario: Scenario, plan: AutoPlan, root: Path, notify: Notify, run: Runner, probe: Prober | None = None, data: str | None = None
+) -> AutoKnobsRecord:
     """The choice for a run of `scenario` (as written): from the cache when it holds
-    one, else made now, its candidates run by `run`, and cached."""
-    key = cache_key(scenario, plan)
+    one, else made now, its candidates run by `run`, and cached unless a candidate
+    failed. `data` is the digest of the loaded dataset (auto_knobs/digests.py)."""
+    key = cache_key(scenario, plan, data)
     entry = entry_dir(root, key)
     cached = read_choice(entry, key)
     if cached is None:
         with entry_lock(entry):
             cached = read_choice(entry, key)  # made by another run while this one waited
             if cached is None:
-                record = _choose(scenario, plan, entry, notify, run)
-                write_choice(entry, key, record)
+                record = _choose(scenario, plan, entry, notify, run, probe)
+                failed = [c for knob in record.knobs for c in knob.candidates if c.error is not None and c.same_run_as is None]
+                if failed:
+                    notify(f"auto: not kept for the next run: {len(failed)} candidate(s) failed, and will be tried again then")
+                else:
+                    write_choice(entry, key, record)
                 return record
     record = cached.from_the_cache()
     chosen = ", ".join(f"{knob.key} = {knob.chosen:g}" for knob in record.knobs)
-    notify(f"auto: {chosen}, chosen earlier for this setting and seed ({entry / 'choice.json'}; delete it to choose again)")
+    notify(f"auto: {chosen}, chosen earlier for this setting, data, code and seed ({entry / 'choice.json'}; delete it to choose again)")
     return record
 
 
-def _choose(scenario: Scenario, plan: AutoPlan, entry: Path, notify: Notify, run: Runner) -> AutoKnobsRecord:
+class _Progress:
+    """The candidates still to run and the time they took so far: an estimate of what is left."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.seconds: list[float] = []
+
+    def ran(self, seconds: float, trained: bool) -> str:
+        self.done += 1
+        if trained:
+            self.seconds.append(seconds)
+        left = self.total - self.done
+        if left <= 0 or not self.seconds:
+            return ""
+        return f"; {self.done}/{self.total} candidates, about {left * statistics.median(self.seconds):.0f} s left"
+
+
+def _choose(scenario: Scenario, plan: AutoPlan, entry: Path, notify: Notify, run: Runner, probe: Prober | None) -> AutoKnobsRecord:
+    from hdcfl_ray.algorithms.registry import method_spec
+
     started = time.perf_counter()
+    spec = method_spec(plan.method)
+    declared = {knob.key: knob for knob in spec.auto_knobs}
     chosen: dict[str, AutoValue] = {}
     knobs: list[KnobChoice] = []
+    progress = _Progress(plan.candidate_runs)
     for index, knob in enumerate(plan.knobs):
         # the knobs chosen before this one at their choice, those after it at their placeholder
         held = {**chosen, **{later.field: later.placeholder for later in plan.knobs[index + 1 :]}}
-        knobs.append(_choose_knob(scenario, plan, knob, held, entry, notify, run))
+        knobs.append(_choose_knob(scenario, plan, knob, declared[knob.field], held, entry, notify, run, probe, progress))
         chosen[knob.field] = knobs[-1].chosen
     elapsed = time.perf_counter() - started
     record = AutoKnobsRecord(
@@ -71,36 +118,171 @@ def _choose(scenario: Scenario, plan: AutoPlan, entry: Path, notify: Notify, run
     return record
 
 
+class _Candidates:
+    """One knob's candidates as they are scored: trained, taken from a value that gives the
+    same run, or replayed from one trained candidate's saved refreshes."""
+
+    def __init__(self, scenario: Scenario, plan: AutoPlan, knob: KnobPlan, declared: AutoKnob[Any], held: dict[str, Any],
+                 entry: Path, run: Runner, probe: Prober | None) -> None:  # fmt: skip
+        self.scenario, self.plan, self.knob, self.declared, self.held = scenario, plan, knob, declared, held
+        self.entry, self.run, self.probe = entry, run, probe
+        self.scored: dict[AutoValue, Candidate] = {}
+        self.same_run: dict[AutoValue, AutoValue] = {}  # value -> the value whose run it shares
+        self.keys: dict[AutoValue, Any] | None = None
+
+    def scenario_of(self, value: AutoValue) -> Scenario:
+        return candidate_scenario(self.scenario, self.plan, {**self.held, self.knob.field: value}, keep_refreshes=self.declared.server_side)
+
+    def run_key(self, value: AutoValue) -> Any:
+        """What tells `value` apart from the others (None: nothing; every value runs)."""
+        if self.declared.same_run_key is None or self.probe is None:
+            return None
+        if self.keys is None:
+            self.keys = {}
+            self._state = self.probe(self.scenario_of(self.knob.candidates[0]))
+        params = method_params(self.scenario_of(value).algorithm)
+        return self.declared.same_run_key(params, self._state, value)
+
+    def score(self, value: AutoValue) -> tuple[Candidate, bool]:
+        """`value`'s candidate, and whether it trained."""
+        key = self.run_key(value)
+        if key is not None:
+            twin = next((other for other, other_key in (self.keys or {}).items() if other_key == key), None)
+            assert self.keys is not None
+            self.keys[value] = key
+            if twin is not None:
+                self.same_run[value] = twin
+                return replace(self.scored[twin], value=value, samples_trained=0, same_run_as=twin), False
+        folder = self.entry / f"{self.knob.field}-{value:g}"
+        trained = [candidate for candidate in self.scored.values() if candidate.samples_trained > 0 and candidate.error is None]
+        if self.declared.server_side and trained:
+            return replay_candidate(Path(trained[0].run_dir), self.knob.key, value, folder), False
+        return run_candidate(self.scenario_of(value), value, folder, self.run), True
+
+
 def _choose_knob(
-    scenario: Scenario, plan: AutoPlan, knob: KnobPlan, held: dict[str, Any], entry: Path, notify: Notify, run: Runner
+    scenario: Scenario,
+    plan: AutoPlan,
+    knob: KnobPlan,
+    declared: AutoKnob[Any],
+    held: dict[str, Any],
+    entry: Path,
+    notify: Notify,
+    run: Runner,
+    probe: Prober | None,
+    progress: _Progress,
 ) -> KnobChoice:
     shown_held = f" (with {', '.join(f'{field} {value:g}' for field, value in held.items())})" if held else ""
+    how = ("one run, the other values scored on replays of its refreshes" if declared.server_side
+           else f"{len(knob.candidates)} runs (values that give the same run run once)")  # fmt: skip
     notify(
         f"{knob.key}: auto: choosing among {', '.join(f'{value:g}' for value in knob.candidates)}{shown_held}: "
-        f"{len(knob.candidates)} runs of {plan.rounds} rounds, scored on a {plan.validation_fraction:g} share of each "
-        "client's training images held out"
+        f"{how} of {plan.rounds} rounds, scored on a {plan.validation_fraction:g} share of each client's training images held out"
     )
-    candidates = []
-    for position, value in enumerate(knob.candidates, start=1):
+    candidates = _Candidates(scenario, plan, knob, declared, held, entry, run, probe)
+
+    def score(value: AutoValue, position: str) -> None:
         started = time.perf_counter()
-        candidate = run_candidate(candidate_scenario(scenario, plan, {**held, knob.field: value}), value, entry / f"{knob.field}-{value:g}", run)
-        candidates.append(candidate)
-        score = candidate.validation_mean_accuracy
-        outcome = f"validation mean {100 * score:.2f}%" if not math.isnan(score) else "no score, not chosen"
+        candidate, trained = candidates.score(value)
+        candidates.scored[value] = candidate
+        seconds = time.perf_counter() - started
+        outcome = f"validation mean {100 * candidate.validation_mean_accuracy:.2f}%"
+        if math.isnan(candidate.validation_mean_accuracy):
+            outcome = "no score, not chosen"
         if candidate.error:
             outcome = f"failed, not chosen ({candidate.error})"
-        notify(f"{knob.key} = {value:g} ({position}/{len(knob.candidates)}): {outcome} ({time.perf_counter() - started:.0f} s)")
-    value = choose([(candidate.value, candidate.validation_mean_accuracy) for candidate in candidates])
+        how = f"the same run as {candidate.same_run_as:g}" if candidate.same_run_as is not None else ("replayed" if candidate.replayed else f"{seconds:.0f} s")
+        notify(f"{knob.key} = {value:g} ({position}): {outcome} ({how}{progress.ran(seconds, trained)})")
+
+    for position, value in enumerate(knob.candidates, start=1):
+        score(value, f"{position}/{len(knob.candidates)}")
+    value = _pick(candidates)
+    extended: list[AutoValue] = []
+    edge = _edge(value, knob.candidates)
+    if edge is not None and declared.beyond is not None:
+        params = method_params(candidates.scenario_of(value).algorithm)
+        further = declared.beyond(params, value, edge, scenario.partition.num_clients)
+        if further is not None and further not in candidates.scored and not any(v == further for v, _ in knob.skipped):
+            progress.total += 1
+            notify(f"{knob.key}: auto: {value:g} is the grid's {'largest' if edge == 'high' else 'smallest'} value; trying {further:g} beyond it")
+            score(further, "beyond the grid")
+            extended.append(further)
+            value = _pick(candidates)
     if value is None:
         raise RuntimeError(f"{knob.key}: auto: no candidate run ended with a score (see {entry}); give the knob a value")
+    tried = [*knob.candidates, *extended]
+    at_edge = _edge(value, tuple(sorted(tried)))
     return KnobChoice(
         key=knob.key,
         grid=knob.candidates,
         skipped={f"{value:g}": why for value, why in knob.skipped},
         held={f"algorithm.{plan.method}.{field}": held_value for field, held_value in held.items()},
-        candidates=tuple(candidates),
+        candidates=tuple(candidates.scored[v] for v in sorted(candidates.scored)),
         chosen=value,
+        extended=tuple(extended),
+        at_edge=at_edge,
     )
+
+
+def _edge(value: AutoValue | None, grid: tuple[AutoValue, ...]) -> str | None:
+    """'high' or 'low' when `value` is the grid's largest or smallest (None inside it)."""
+    if value is None or len(grid) < 2:
+        return None
+    if value == max(grid):
+        return "high"
+    if value == min(grid):
+        return "low"
+    return None
+
+
+def _pick(candidates: _Candidates) -> AutoValue | None:
+    """The rule's value; of values that gave the same run, the middle one (the clustering
+    they share holds from the smallest to the largest of them)."""
+    scored = [(value, candidate.validation_mean_accuracy) for value, candidate in sorted(candidates.scored.items())]
+    best = choose(scored)
+    if best is None:
+        return None
+    root = candidates.same_run.get(best, best)
+    twins = sorted(value for value in candidates.scored if candidates.same_run.get(value, value) == root)
+    return twins[(len(twins) - 1) // 2]
+
+
+def replay_candidate(trained_dir: Path, key: str, value: AutoValue, run_dir: Path) -> Candidate:
+    """`value` scored on a replay of a trained candidate's saved refreshes (a knob that
+    changes nothing the clients train); a replay already there is reused."""
+    from hdcfl_ray.ablation.replay import ablate_run
+    from hdcfl_ray.logs.manifest import read_manifest
+
+    error = None
+    try:
+        manifest = read_manifest(run_dir)
+    except ScenarioError:
+        manifest = None
+    if manifest is None or manifest.get("status") != "completed":
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        try:
+            ablate_run(trained_dir, [f"{key}={value:g}"], run_dir)
+        except Exception as failure:
+            error = failure_text(failure)
+    score, _ = _scored(run_dir, error)
+    return Candidate(value=value, validation_mean_accuracy=score, samples_trained=0, run_dir=str(run_dir), error=error, replayed=True)
+
+
+def _scored(run_dir: Path, error: str | None) -> tuple[float, int]:
+    """A candidate folder's score (its last evaluated round's mean accuracy: on the
+    held-out images) and the samples it trained."""
+    from hdcfl_ray.logs.table_writer import read_table
+
+    try:
+        rows = read_table(run_dir, "rounds").to_pylist()
+    except Exception:  # a run that failed before its first round wrote nothing
+        rows = []
+    evaluated = [row for row in rows if row.get("evaluated")]
+    final = max(evaluated, key=lambda row: row["round"]) if evaluated and error is None else {}
+    score = final.get("mean_accuracy")
+    samples = sum(int(row.get("samples_trained") or 0) + int(row.get("eval_samples_trained") or 0) for row in rows)
+    return (float(score) if isinstance(score, (int, float)) else math.nan), samples
 
 
 def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runner) -> Candidate:
@@ -108,7 +290,6 @@ def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runn
     the same scenario, left by an interrupted choice, is reused), and its score and cost."""
     from hdcfl_ray.config.loading import scenario_to_yaml
     from hdcfl_ray.logs.manifest import read_manifest
-    from hdcfl_ray.logs.table_writer import read_table
 
     try:
         manifest = read_manifest(run_dir)
@@ -124,15 +305,5 @@ def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runn
             run(scenario, run_dir)
         except Exception as failure:  # a value the run cannot train with is not chosen; the others still compete
             error = failure_text(failure)
-    rows = read_table(run_dir, "rounds").to_pylist()
-    evaluated = [row for row in rows if row.get("evaluated")]
-    final = max(evaluated, key=lambda row: row["round"]) if evaluated and error is None else {}
-    score = final.get("mean_accuracy")
-    samples = sum(int(row.get("samples_trained") or 0) + int(row.get("eval_samples_trained") or 0) for row in rows)
-    return Candidate(
-        value=value,
-        validation_mean_accuracy=float(score) if isinstance(score, (int, float)) else math.nan,
-        samples_trained=samples,
-        run_dir=str(run_dir),
-        error=error,
-    )
+    score, samples = _scored(run_dir, error)
+    return Candidate(value=value, validation_mean_accuracy=score, samples_trained=samples, run_dir=str(run_dir), error=error)

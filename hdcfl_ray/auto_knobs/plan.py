@@ -32,6 +32,8 @@ class KnobPlan:
     candidates: tuple[AutoValue, ...]  # the grid's values this run can use, in the grid's order
     skipped: tuple[tuple[AutoValue, str], ...]  # (value, why) for the grid's values it cannot
     placeholder: AutoValue | None  # its value while a knob before it is chosen
+    server_side: bool = False  # scored on replays of one candidate (AutoKnob.server_side)
+    same_run: bool = False  # values the method declares one run train once (AutoKnob.same_run_key)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class AutoPlan:
 
     @property
     def candidate_runs(self) -> int:
-        return sum(len(knob.candidates) for knob in self.knobs)
+        """The candidate runs that train, at most (a value beyond a grid's edge adds one)."""
+        return sum(1 if knob.server_side else len(knob.candidates) for knob in self.knobs)
 
     def describe(self) -> list[str]:
         """One line per knob, for `hdcfl-ray validate` and the start of a run."""
@@ -52,10 +55,14 @@ class AutoPlan:
         for knob in self.knobs:
             values = ", ".join(f"{value:g}" for value in knob.candidates)
             skipped = f" ({', '.join(f'{value:g}' for value, _ in knob.skipped)} skipped)" if knob.skipped else ""
+            runs = f"one run of {self.rounds} of {self.full_rounds} rounds per value"
+            if knob.server_side:
+                runs = f"one run of {self.rounds} of {self.full_rounds} rounds, the other values scored on replays of its refreshes"
+            elif knob.same_run:
+                runs += " (values that give the same run run once)"
             lines.append(
-                f"{knob.key}: auto: chosen before the run among {values}{skipped}, one run of {self.rounds} of "
-                f"{self.full_rounds} rounds per value, on a {self.validation_fraction:g} share of each client's training "
-                "images held out (never the test set)"
+                f"{knob.key}: auto: chosen before the run among {values}{skipped}, {runs}, on a "
+                f"{self.validation_fraction:g} share of each client's training images held out (never the test set)"
             )
         return lines
 
@@ -103,7 +110,7 @@ def _knob_plan(scenario: Scenario, method: str, knob: AutoKnob, params: Any) -> 
     if not usable:
         reasons = "; ".join(f"{value:g}: {why}" for value, why in skipped)
         raise ScenarioError(f"{key}: auto: no value of its grid can run on this scenario ({reasons}); give it a value")
-    return KnobPlan(key, knob.key, tuple(usable), tuple(skipped), knob.placeholder)
+    return KnobPlan(key, knob.key, tuple(usable), tuple(skipped), knob.placeholder, knob.server_side, knob.same_run_key is not None)
 
 
 def _refused(scenario: Scenario, values: dict[str, AutoValue]) -> str | None:
@@ -155,10 +162,13 @@ def with_values(scenario: Scenario, values: dict[str, AutoValue]) -> Scenario:
     return build_scenario(raw, source=f"algorithm.{name} with {', '.join(f'{key}={value:g}' for key, value in values.items())}")
 
 
-def candidate_scenario(scenario: Scenario, plan: AutoPlan, values: dict[str, AutoValue]) -> Scenario:
+def candidate_scenario(scenario: Scenario, plan: AutoPlan, values: dict[str, AutoValue], keep_refreshes: bool = False) -> Scenario:
     """The shortened, validation-scored run of `scenario` with the auto knobs at
-    `values`: on the local backend, without checkpoints, refresh caches or trackers
-    (a candidate is evidence for one choice, not a run of its own)."""
+    `values`: on the local backend, without checkpoints or trackers, and without refresh
+    caches unless `keep_refreshes` (a knob scored on replays of them); a candidate is
+    evidence for one choice, not a run of its own. A method whose schedule counts rounds
+    keeps it inside the candidate's (MethodSpec.shortened)."""
+    from hdcfl_ray.algorithms.registry import method_spec
     from hdcfl_ray.config.loading import build_scenario
 
     resolved = with_values(scenario, values)
@@ -167,7 +177,12 @@ def candidate_scenario(scenario: Scenario, plan: AutoPlan, values: dict[str, Aut
     raw["partition"]["validation_fraction"] = plan.validation_fraction
     raw["runtime"]["backend"] = "local"
     raw["checkpoint"]["every"] = None
-    raw["output"].update(save_refresh_cache=False, trackers=[], label=None)
+    raw["output"].update(save_refresh_cache=keep_refreshes, trackers=[], label=None)
+    spec = method_spec(plan.method)
+    if spec.shortened is not None:
+        name = scenario.algorithm.name
+        shortened = spec.shortened(method_params(resolved.algorithm), plan.rounds)
+        raw["algorithm"][name] = shortened.model_dump(mode="json")
     return build_scenario(raw, source=f"the auto-knob candidate {', '.join(f'{key}={value:g}' for key, value in values.items())}")
 
 

@@ -33,23 +33,32 @@ class Candidate:
     samples_trained: int
     run_dir: str  # the candidate's run folder, kept as evidence
     error: str | None = None  # why its run failed (it is then never chosen)
+    # the value whose run this one is (the method declared them the same run): not trained again
+    same_run_as: AutoValue | None = None
+    replayed: bool = False  # scored on a replay of another candidate's saved refreshes, not trained
 
     def as_dict(self) -> dict[str, Any]:
         score = self.validation_mean_accuracy
-        document = {
+        document: dict[str, Any] = {
             "value": self.value,
             "validation_mean_accuracy": None if math.isnan(score) else score,
             "samples_trained": self.samples_trained,
             "run_dir": self.run_dir,
         }
-        return document if self.error is None else {**document, "error": self.error}
+        if self.error is not None:
+            document["error"] = self.error
+        if self.same_run_as is not None:
+            document["same_run_as"] = self.same_run_as
+        if self.replayed:
+            document["replayed"] = True
+        return document
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Candidate":
         score = data.get("validation_mean_accuracy")
         return cls(
             data["value"], math.nan if score is None else float(score), int(data.get("samples_trained") or 0),
-            str(data.get("run_dir", "")), data.get("error"),
+            str(data.get("run_dir", "")), data.get("error"), data.get("same_run_as"), bool(data.get("replayed", False)),
         )
 
 
@@ -61,6 +70,8 @@ class KnobChoice:
     held: dict[str, AutoValue]  # the method's other auto knobs while this one was chosen
     candidates: tuple[Candidate, ...]
     chosen: AutoValue
+    extended: tuple[AutoValue, ...] = ()  # values tried beyond the grid's edge, where the choice landed on it
+    at_edge: str | None = None  # "high" / "low": the choice is the largest / smallest value tried
 
     @property
     def field(self) -> str:
@@ -77,6 +88,8 @@ class KnobChoice:
             "skipped": dict(self.skipped),
             "held": dict(self.held),
             "chosen": self.chosen,
+            "extended": list(self.extended),
+            "at_edge": self.at_edge,
             "samples_trained": self.samples_trained,
             "candidates": [candidate.as_dict() for candidate in self.candidates],
         }
@@ -90,6 +103,8 @@ class KnobChoice:
             held=dict(data.get("held") or {}),
             candidates=tuple(Candidate.from_dict(item) for item in data.get("candidates") or ()),
             chosen=data["chosen"],
+            extended=tuple(data.get("extended") or ()),
+            at_edge=data.get("at_edge"),
         )
 
 

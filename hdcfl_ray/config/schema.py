@@ -595,6 +595,12 @@ class Scenario(Section):
     runtime: RuntimeConfig = Field(RuntimeConfig(), description="where the simulation runs: Ray actors or this process")
     checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="checkpoints a stopped run resumes from")
     output: OutputConfig = Field(OutputConfig(), description="where the run writes and what it keeps")
+    chosen_for: dict[str, str] = Field(
+        {},
+        description="for a knob pinned to a chosen value (e.g. algorithm.pacfl.threshold), the data setting it was "
+        "chosen for: the fingerprint of its dataset, partition and model that hdcfl-ray validate prints; a run of "
+        "another setting says so at start and suggests auto",
+    )
 
     @model_validator(mode="after")
     def _cross_section_checks(self) -> "Scenario":

@@ -7,7 +7,7 @@ Ray nor torch. A method imports what it needs from here:
 """
 
 from hdcfl_ray.contract.context import ClientContext, ModelParts, TrainingSettings
-from hdcfl_ray.contract.method import ASYNC_HOOKS, AUTO, AsyncHooks, AutoKnob, ExportHooks, Method, MethodSpec, NoParams, RunInfo, asks_for_probes, never_probes
+from hdcfl_ray.contract.method import ASYNC_HOOKS, AUTO, AsyncHooks, AutoKnob, ExportHooks, Method, MethodSpec, NoParams, RunInfo, asks_for_probes, doubled_count, never_probes, tenfold
 from hdcfl_ray.contract.optimizer import OptimizerConfig
 from hdcfl_ray.contract.regularisers import ProximalPull
 from hdcfl_ray.contract.section import Section
@@ -28,6 +28,8 @@ __all__ = [
     "ASYNC_HOOKS",
     "AUTO",
     "AutoKnob",
+    "doubled_count",
+    "tenfold",
     "asks_for_probes",
     "never_probes",
     "AsyncHooks",

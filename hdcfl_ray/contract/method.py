@@ -147,9 +147,35 @@ class AutoKnob(Generic[ParamsT]):
     # the value counts full models (clusters, centres): values above partition.num_clients
     # are skipped, more models than clients
     counts_models: bool = False
+    # One step beyond the grid's edge, where a choice at that edge extends the grid:
+    # (section, the edge value, "high" or "low", the clients) -> the value beyond it, or
+    # None where going further means nothing (the choice is then marked at the edge).
+    beyond: Callable[[ParamsT, AutoValue, str, int], AutoValue | None] | None = None
+    # The values change nothing a client trains, only what the server makes of one run's
+    # saved state (HDC-FL's groups at its refreshes): one candidate trains, the others
+    # are scored on replays of its saved refreshes (hdcfl-ray ablate's replay).
+    server_side: bool = False
+    # Which values give the same run: (section, the method's server state after round 1's
+    # probes, value) -> a key; values with one key run once (PACFL's thresholds that cut
+    # the clients' subspaces into the same clusters).
+    same_run_key: Callable[[ParamsT, Any, AutoValue], Any] | None = None
 
     def candidates(self, params: ParamsT) -> tuple[AutoValue, ...]:
         return tuple(self.grid(params) if callable(self.grid) else self.grid)
+
+
+def tenfold(params: Any, edge: AutoValue, side: str, num_clients: int) -> AutoValue | None:
+    """`beyond` for a strength on a log grid (a proximal weight): ten times the largest,
+    a tenth of the smallest."""
+    return float(edge) * 10.0 if side == "high" else float(edge) / 10.0
+
+
+def doubled_count(params: Any, edge: AutoValue, side: str, num_clients: int) -> AutoValue | None:
+    """`beyond` for a count of models (clusters, centres, groups): twice the grid's
+    largest, up to one per client; nothing below the smallest."""
+    if side != "high" or edge >= num_clients:
+        return None
+    return int(min(num_clients, 2 * edge))
 
 
 @dataclass(frozen=True)
@@ -169,6 +195,9 @@ class MethodSpec(Generic[ParamsT]):
     # the knobs whose value `auto` the run chooses itself, in the order they are chosen
     # (each with the ones before it at their chosen values, the ones after at their placeholder)
     auto_knobs: tuple[AutoKnob[ParamsT], ...] = ()
+    # the section of a shortened run of `rounds` rounds (an auto knob's candidate): a method
+    # whose schedule counts rounds (a first refresh round) keeps it inside them
+    shortened: Callable[[ParamsT, int], ParamsT] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":

@@ -19,7 +19,7 @@ from hdcfl_ray.logs.refresh_cache import read_refresh_caches
 from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.backends.local_host import local_host
 from hdcfl_ray.runtime.backends.ray_session import RaySession
-from hdcfl_ray.runtime.driver import prepare_run
+from hdcfl_ray.runtime.preflight import prepare_run
 
 PARQUET_NAME = "donor_swap.parquet"
 

@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import numpy as np
-from hdcfl_ray.algorithms.registry import method_names, supports_async
 from hdcfl_ray.auto_knobs.record import RECORD_KEY
-from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
-from hdcfl_ray.data.dataset import ImageDataset
-from hdcfl_ray.data.partitions import build_partition, check_partition_against_dataset
-from hdcfl_ray.data.partitions.client_data import Partition
-from hdcfl_ray.data.sources import load_dataset
 from hdcfl_ray.errors import ScenarioError, failure_text
 from hdcfl_ray.durable_files import write_text_durably
 from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest, write_manifest
@@ -32,11 +26,11 @@ from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after, verify_parts
 from hdcfl_ray.runtime.backends.choice import choose_backend
 from hdcfl_ray.runtime.backends.local_backend import LocalBackend
+# where a scenario meets the machine (re-exported: callers run what the driver prepares)
+from hdcfl_ray.runtime.preflight import PreparedRun, prepare_run  # noqa: F401
 from hdcfl_ray.runtime.interrupts import raise_if_received, received
 
 if TYPE_CHECKING:
-    from hdcfl_ray.auto_knobs.plan import AutoPlan
-    from hdcfl_ray.auto_knobs.record import AutoKnobsRecord
     from hdcfl_ray.runtime.backends.ray_backend import RayBackend
 
 
@@ -49,87 +43,14 @@ class RunObserver(Protocol):
 
 
 @dataclass(frozen=True)
-class PreparedRun:
-    scenario: Scenario
-    dataset: ImageDataset
-    partition: Partition
-    # what the run does differently from what the scenario may suggest (a capped value,
-    # clients a trace leaves out): printed by the CLI, never an error
-    notices: tuple[str, ...] = ()
-    # the method's knobs set to `auto` (hdcfl_ray/auto_knobs): what choosing them runs;
-    # once chosen, `scenario` holds the chosen values, `written` the scenario as written
-    # and `auto_knobs` the record of the choice
-    auto_plan: AutoPlan | None = None
-    written: Scenario | None = None
-    auto_knobs: AutoKnobsRecord | None = None
-
-    @property
-    def as_written(self) -> Scenario:
-        """The scenario as the user wrote it, `auto` kept: what the run folder's
-        scenario.yaml, the manifest and the checkpoints record, and what a rerun or a
-        resume is compared with."""
-        return self.written if self.written is not None else self.scenario
-
-
-@dataclass(frozen=True)
 class RunSummary:
     run_dir: Path
     rounds: int
     final_round: dict[str, Any]
     last_refresh: dict[str, Any] | None
-    elapsed_s: float
+    elapsed_s: float  # the whole run's time, the choice of its auto knobs included
     scored_on: str = "test"  # "validation": images held out of each client's training data
-
-
-def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> PreparedRun:
-    """Everything that can fail because of the user's input, before a run directory
-    exists or Ray starts (`validate` is this function).
-    `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
-    from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
-    from hdcfl_ray.config.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
-    from hdcfl_ray.data.partitions.checks import test_size_notices
-    from hdcfl_ray.models.pretrained import check_pretrained
-    from hdcfl_ray.pretraining import check_pool_held_out
-    from hdcfl_ray.runtime.server.virtual_clock import check_trace
-
-    notices = check_runtime(scenario.runtime, scenario.partition.num_clients)
-    if dataset is None:
-        check_synthetic_memory(scenario.dataset)
-        dataset = load_dataset(scenario.dataset, scenario.seed)
-    check_partition_against_dataset(
-        scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
-    )
-    check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
-    plan = auto_plan(scenario)  # the knobs set to `auto`, chosen when the run starts (hdcfl_ray/auto_knobs)
-    try:
-        # a method may refuse its settings here (exit 2, before anything starts); auto knobs stand at a value they may take
-        build_algorithm(scenario if plan is None else with_values(scenario, stand_ins(scenario)))
-    except ValueError as exc:
-        raise ScenarioError(str(exc)) from exc
-    if scenario.protocol.mode == "async" and not supports_async(scenario.algorithm.name):
-        capable = ", ".join(name for name in method_names() if supports_async(name))
-        raise ScenarioError(
-            f"protocol.mode: 'async' works with {capable}; {scenario.algorithm.name} runs "
-            f"synchronous rounds only (set protocol.mode: sync)"
-        )
-    notices += check_trace(scenario.protocol.system, scenario.partition.num_clients)
-    check_pretrained(scenario.model, dataset.channels)
-    check_pool_held_out(scenario)
-    if scenario.output.trackers:  # a tracker's package is missing: say so before anything starts
-        from hdcfl_ray.trackers import check_trackers_installed
-
-        check_trackers_installed(scenario.output.trackers)
-    try:
-        partition = build_partition(
-            scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
-        )
-    except ValueError as exc:
-        raise ScenarioError(f"partition: {exc}") from exc
-    notices += test_size_notices(scenario.partition, partition)
-    if plan is not None:
-        check_validation_split(scenario, plan, dataset)
-        notices += [f"{knob.key}: auto cannot use {value:g} ({why})" for knob in plan.knobs for value, why in knob.skipped]
-    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan)
+    choice_s: float = 0.0  # of elapsed_s, the time spent choosing its auto knobs (0 when read from the cache)
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -306,8 +227,8 @@ def run_simulation(
     """Run a scenario into `run_dir`; with `resume`, continue the run already there
     from its last checkpoint (rows written after it are replaced, never duplicated).
     Knobs set to `auto` are chosen first, before the run folder exists, or read from
-    `auto_knobs_dir` (default <output.dir>/auto-knobs) where this setting and seed
-    chose them before; a resume applies the choice its run recorded. A batched run
+    `auto_knobs_dir` (default the user's cache, auto_knobs/cache.py) where this setting,
+    data, code and seed chose them before; a resume applies the choice its run recorded. A batched run
     resumed on other hosts is refused unless `allow_layout_change` (host_layout.py)."""
     scenario = prepared.scenario
     if scenario.runtime.portable:  # the driver computes too: the initial weights, the server's maths, local hosts
@@ -328,15 +249,18 @@ def run_simulation(
             run_dir, scenario, read_manifest(run_dir), checkpoint.found.document if checkpoint.found is not None else None
         )
         _report_damaged_checkpoints(checkpoint, observer)
+    choice_s = 0.0
     if prepared.auto_plan is not None:  # choose them; `scenario` stays as written, as the run folder records it
         prepared = _with_auto_choices(prepared, run_dir, observer, checkpoint, auto_knobs_dir)
+        if checkpoint is None and prepared.auto_knobs is not None and not prepared.auto_knobs.from_cache:
+            choice_s = prepared.auto_knobs.elapsed_s
     if choose_backend(scenario.runtime) == "local":
         from hdcfl_ray.runtime.backends.placement import local_host_count
 
         layout_change = _resumed_layout(run_dir, prepared, checkpoint, local_host_count(scenario.runtime, prepared.partition.num_clients), allow_layout_change)
         with _new_run_dir(scenario, run_dir, resume):
-            summary = _run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint, layout_change)
-            update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
+            summary = _with_choice_time(_run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint, layout_change), choice_s)
+            update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s, auto_knobs_choice_s=summary.choice_s)
     else:
         # Ray is imported only for a Ray run
         from hdcfl_ray.runtime.backends.placement import count_hosts
@@ -349,11 +273,20 @@ def run_simulation(
             session.check_capacity(hosts, scenario.runtime)
             layout_change = _resumed_layout(run_dir, prepared, checkpoint, hosts, allow_layout_change)
             with _new_run_dir(scenario, run_dir, resume):
-                summary = _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint, layout_change)
-                update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s)
+                summary = _with_choice_time(
+                    _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint, layout_change), choice_s
+                )
+                update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s, auto_knobs_choice_s=summary.choice_s)
     if observer is not None:
         observer.on_finish(summary)
     return summary
+
+
+def _with_choice_time(summary: RunSummary, choice_s: float) -> RunSummary:
+    """The run's summary with the time its auto knobs took to choose counted in."""
+    from dataclasses import replace
+
+    return replace(summary, elapsed_s=summary.elapsed_s + choice_s, choice_s=choice_s)
 
 
 def _resumed_layout(
@@ -397,10 +330,19 @@ def _with_auto_choices(
     else:
         notify = getattr(observer, "on_notice", None) or (lambda text: None)
 
+        from hdcfl_ray.auto_knobs.digests import data_digest
+        from hdcfl_ray.runtime.backends.local_host import state_after_first_probe
+
         def run_candidate(scenario: Scenario, candidate_dir: Path) -> None:  # quietly, on the dataset already loaded
             run_simulation(prepare_run(scenario, prepared.dataset), candidate_dir)
 
-        record = choose_auto_knobs(prepared.scenario, prepared.auto_plan, root or default_root(prepared.scenario), notify, run_candidate)
+        def probe(scenario: Scenario) -> Any:  # the method's state after round 1's probes, nothing trained
+            return state_after_first_probe(prepare_run(scenario, prepared.dataset))
+
+        record = choose_auto_knobs(
+            prepared.scenario, prepared.auto_plan, root or default_root(prepared.scenario), notify, run_candidate, probe,
+            data_digest(prepared.dataset),
+        )
     return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.scenario, auto_knobs=record)
 
 
@@ -466,6 +408,7 @@ def _run_with(
 
             update_manifest(run_dir, **{LAYOUT_CHANGES: [*(read_manifest(run_dir) or {}).get(LAYOUT_CHANGES, []), layout_change]})
     else:  # a new run, or a resumed one whose manifest was deleted (it was damaged): write it anew
+        from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint, pinned_elsewhere
         from hdcfl_ray.pretraining import initialisation_facts
 
         extra: dict[str, Any] = {
@@ -475,6 +418,9 @@ def _run_with(
             "evaluation": _evaluation_facts(prepared),
             # the mode, the driver's CPU and the instruction sets its libraries compute with (hosts: client_host_hardware)
             "arithmetic": _arithmetic_facts(prepared.scenario.runtime.portable),
+            # the data setting's fingerprint, and pinned knobs whose value was chosen for another one
+            "data_setting": data_setting_fingerprint(prepared.scenario),
+            "pinned_for_another_setting": pinned_elsewhere(prepared.scenario),
             **scenario_record(prepared.as_written),  # what --resume compares the scenario on disk with
         }
         if prepared.auto_knobs is not None:  # the values `auto` knobs got, how, and at what cost

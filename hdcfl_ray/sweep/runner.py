@@ -116,7 +116,7 @@ def run_sweep(
             try:
                 observer = observer_for(run.key) if observer_for is not None else QuietObserver()
                 # the sweep's runs of one setting, method and seed share one choice of their auto knobs
-                auto_knobs_dir = out / CACHE_FOLDER
+                auto_knobs_dir = out.resolve() / CACHE_FOLDER
                 run_simulation(prepare_run(scenario, datasets.get(scenario)), run.run_dir, observer, resume=resume, auto_knobs_dir=auto_knobs_dir)
             except Exception as error:  # one failed run must not stop the sweep
                 if received() is not None:  # its Ray stopped by a stop signal: the run is marked interrupted

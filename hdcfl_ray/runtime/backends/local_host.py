@@ -115,3 +115,14 @@ def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1, de
         transport=InProcessTransport() if count == 1 else ThreadedTransport(),
     )
     return InProcessRun(server=server, algorithm=algorithm, hosts=host_list)
+
+
+def state_after_first_probe(prepared) -> object:
+    """The method's server state once round 1's probes are absorbed, nothing trained: what
+    tells an auto knob's values apart before any candidate trains (PACFL's clustering)."""
+    run = in_process_run(prepared)
+    try:
+        run.server.probe_round(1)
+        return run.server.state
+    finally:
+        run.close()

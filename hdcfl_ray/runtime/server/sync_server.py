@@ -92,6 +92,29 @@ class FederatedServer:
             jobs.setdefault(self.client_hosts[client_id], []).append(job)
         return jobs
 
+    def probe_round(self, round_index: int) -> list[str]:
+        """The round's probes (the clients the method asks about before it selects): asked,
+        answered and absorbed into the method's state; their events. Also the first step
+        of an auto knob whose values a probe tells apart (auto_knobs/choose.py)."""
+        probe_tasks = (
+            {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
+            if self._probes
+            else {}
+        )
+        if not probe_tasks:
+            return []
+        object_refs = self._put_broadcast(round_index)
+        for client_id, task in probe_tasks.items():
+            self.traffic.sent(client_id, task)
+        answers = self.pool.call_per_host(
+            "probe",
+            {host: (lambda jobs=jobs: (jobs, round_index, object_refs)) for host, jobs in self._jobs_per_host(probe_tasks).items()},
+        )
+        results = {k: v for host in sorted(answers) for k, v in answers[host].items()}
+        for client_id, answer in results.items():
+            self.traffic.received(client_id, answer)
+        return list(self.algorithm.absorb_probes(self.state, round_index, results).events)
+
     def run_round(self, round_index: int) -> RoundReport:
         started = time.perf_counter()
         events: list[str] = []
@@ -106,23 +129,7 @@ class FederatedServer:
         if not online:
             events.append("no client is available this round; the global state is unchanged")
 
-        probe_tasks = (
-            {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
-            if self._probes
-            else {}
-        )
-        if probe_tasks:
-            object_refs = self._put_broadcast(round_index)
-            for client_id, task in probe_tasks.items():
-                self.traffic.sent(client_id, task)
-            answers = self.pool.call_per_host(
-                "probe",
-                {host: (lambda jobs=jobs: (jobs, round_index, object_refs)) for host, jobs in self._jobs_per_host(probe_tasks).items()},
-            )
-            results = {k: v for host in sorted(answers) for k, v in answers[host].items()}
-            for client_id, answer in results.items():
-                self.traffic.received(client_id, answer)
-            events += self.algorithm.absorb_probes(self.state, round_index, results).events
+        events += self.probe_round(round_index)
 
         selected = sorted(self.algorithm.select(self.state, round_index, sampled, online))
         durations = {

@@ -1,0 +1,235 @@
+"""A study: how far the `auto` rule's choice lands from the best value of its grid, on
+settings no grid was designed on.
+
+For each setting (digits split by label subsets of k = 2 classes, and by Dirichlet(0.1)
+class shares; 20 clients, 20 rounds, the quickstart's model and training), each seed
+(61, 62, 63: no test and no grid ever used them) and each method with data-dependent
+knobs, it runs
+
+  fixed   every value of the knob's grid (and the one step beyond its edge that a choice
+          may extend to), the whole run, scored on the test images: after the fact, the
+          best value the grid held;
+  choice  the `auto` choice itself, as a run makes it (shortened candidate runs scored on
+          images held out of each client's training data, never the test set);
+
+and reports, per setting, method and seed, the value chosen, its test accuracy (the fixed
+run with that value: the same scenario and seed, so the same bits), the best fixed value
+and its accuracy, the regret (best minus chosen) and the seed spread (the sample std over
+the seeds of the best fixed accuracy), with the verdict "within the seed spread" when the
+regret is at most that spread.
+
+    python studies/auto_knob_regret.py [--out runs/auto-regret] [--methods pacfl,ifca,...] [--seeds 61,62,63]
+        [--part fixed|choice|report|all] [--report docs/auto-knob-regret.md]
+
+Every run is resumable: a finished run folder is reused, so the study can be stopped and
+started again. Runs are in the portable mode (the same bits on every x86-64 machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+BASE = REPO / "scenarios/auto/digits-ls3.yaml"
+SETTINGS: dict[str, dict[str, Any]] = {
+    "digits-ls2": {"partition.kind": "label_subset", "partition.k": 2},
+    "digits-dir0.1": {"partition.kind": "dirichlet", "partition.alpha": 0.1},
+}
+SEEDS = (61, 62, 63)
+METHODS = ("pacfl", "ifca", "fedprox", "fedce", "fedsoft", "hdcfl")
+
+
+def grids(method: str, num_clients: int) -> dict[str, tuple[Any, ...]]:
+    """Each auto knob of `method` and the values the study runs: the knob's grid and the
+    step beyond its edge a choice may extend to (the method's own declaration)."""
+    from hdcfl_ray.algorithms.registry import method_spec
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.config.schema import method_params
+
+    import yaml
+
+    raw = yaml.safe_load(BASE.read_text())
+    raw["algorithm"]["name"] = method
+    params = method_params(build_scenario(raw).algorithm)
+    found: dict[str, tuple[Any, ...]] = {}
+    for knob in method_spec(method).auto_knobs:
+        values = list(knob.candidates(params))
+        beyond = getattr(knob, "beyond", None)
+        if beyond is not None:
+            for edge in ("high", "low"):
+                extra = beyond(params, values[-1] if edge == "high" else values[0], edge, num_clients)
+                if extra is not None and extra not in values:
+                    values = [*values, extra] if edge == "high" else [extra, *values]
+        if knob.counts_models:
+            values = [value for value in values if value <= num_clients]
+        found[knob.key] = tuple(values)
+    return found
+
+
+def overrides(setting: str, method: str, seed: int, values: dict[str, Any], out: Path) -> dict[str, Any]:
+    keys = {"name": setting, "seed": seed, "algorithm.name": method, "output.dir": str(out), **SETTINGS[setting]}
+    keys.update({f"algorithm.{method}.{key}": value for key, value in values.items()})
+    return keys
+
+
+def finished(run_dir: Path) -> bool:
+    manifest = run_dir / "manifest.json"
+    return manifest.is_file() and json.loads(manifest.read_text()).get("status") == "completed"
+
+
+def final_test_accuracy(run_dir: Path) -> float:
+    import pyarrow.parquet as pq
+
+    rows = [row for row in pq.read_table(run_dir / "rounds.parquet").to_pylist() if row["evaluated"]]
+    return float(max(rows, key=lambda row: row["round"])["mean_accuracy"])
+
+
+def value_name(values: dict[str, Any]) -> str:
+    return "-".join(f"{key}{value:g}" for key, value in sorted(values.items()))
+
+
+def run_fixed(out: Path, methods: list[str], seeds: list[int]) -> None:
+    import hdcfl_ray
+
+    todo = []
+    for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
+        knobs = grids(method, 20)
+        for combination in itertools.product(*knobs.values()):
+            values = dict(zip(knobs, combination))
+            todo.append((setting, method, seed, values, out / "fixed" / setting / method / value_name(values) / f"seed{seed}"))
+    started, done = time.perf_counter(), 0
+    for position, (setting, method, seed, values, run_dir) in enumerate(todo, start=1):
+        if finished(run_dir):
+            continue
+        if run_dir.exists():  # killed part-way: start it again
+            import shutil
+
+            shutil.rmtree(run_dir)
+        hdcfl_ray.simulate(BASE, overrides=overrides(setting, method, seed, values, out), out=run_dir, progress=False)
+        done += 1
+        rate = (time.perf_counter() - started) / done
+        print(f"[fixed {position}/{len(todo)}] {setting} {method} {value_name(values)} seed {seed}: "
+              f"{100 * final_test_accuracy(run_dir):.2f}% (about {rate * (len(todo) - position) / 60:.0f} min left)", flush=True)
+
+
+def run_choices(out: Path, methods: list[str], seeds: list[int]) -> None:
+    """The auto choice of each setting, method and seed, as a run makes it (its candidates
+    and its record land in out/choice/)."""
+    from hdcfl_ray.api import resolve_scenario
+    from hdcfl_ray.auto_knobs.choose import choose_auto_knobs
+    from hdcfl_ray.auto_knobs.plan import auto_plan
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+
+    for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
+        record_path = out / "choice" / setting / method / f"seed{seed}.json"
+        if record_path.is_file():
+            continue
+        knobs = {f"algorithm.{method}.{key}": "auto" for key in grids(method, 20)}
+        scenario = resolve_scenario(BASE, {**overrides(setting, method, seed, {}, out), **knobs})
+        prepared = prepare_run(scenario)
+        plan = auto_plan(scenario)
+        assert plan is not None, f"{method} has no auto knob"
+        started = time.perf_counter()
+
+        def candidate(candidate_scenario: Any, candidate_dir: Path) -> None:
+            run_simulation(prepare_run(candidate_scenario, prepared.dataset), candidate_dir)
+
+        record = choose_auto_knobs(scenario, plan, out / "choice" / "cache", lambda text: print(f"  {text}", flush=True), candidate)
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps({"record": record.as_dict(), "seconds": time.perf_counter() - started}, indent=1, default=str))
+        print(f"[choice] {setting} {method} seed {seed}: {record.choices()} in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def report(out: Path, methods: list[str], seeds: list[int]) -> str:
+    lines = [
+        "| setting | method | seed | chosen | test acc. of the choice | best fixed value | its test acc. | regret (pp) | seed spread (pp) | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    summary: list[tuple[str, str, float, float]] = []
+    for setting, method in itertools.product(SETTINGS, methods):
+        knobs = grids(method, 20)
+        accuracy: dict[tuple[str, int], float] = {}
+        for combination in itertools.product(*knobs.values()):
+            values = dict(zip(knobs, combination))
+            for seed in seeds:
+                run_dir = out / "fixed" / setting / method / value_name(values) / f"seed{seed}"
+                if finished(run_dir):
+                    accuracy[(value_name(values), seed)] = final_test_accuracy(run_dir)
+        best_per_seed = {}
+        for seed in seeds:
+            scored = {name: value for (name, s), value in accuracy.items() if s == seed}
+            if scored:
+                best_per_seed[seed] = max(scored.items(), key=lambda item: item[1])
+        spread = statistics.stdev([value for _, value in best_per_seed.values()]) if len(best_per_seed) > 1 else math.nan
+        for seed in seeds:
+            record_path = out / "choice" / setting / method / f"seed{seed}.json"
+            if seed not in best_per_seed or not record_path.is_file():
+                continue
+            record = json.loads(record_path.read_text())["record"]
+            chosen = {knob["key"].rsplit(".", 1)[1]: knob["chosen"] for knob in record["knobs"]}
+            chosen_accuracy = accuracy.get((value_name(chosen), seed), math.nan)
+            best_name, best_accuracy = best_per_seed[seed]
+            regret = 100 * (best_accuracy - chosen_accuracy)
+            verdict = "within the seed spread" if regret <= 100 * spread + 1e-9 else "outside the seed spread"
+            summary.append((setting, method, regret, 100 * spread))
+            lines.append(
+                f"| {setting} | {method} | {seed} | {value_name(chosen)} | {100 * chosen_accuracy:.2f} | {best_name} | "
+                f"{100 * best_accuracy:.2f} | {regret:.2f} | {100 * spread:.2f} | {verdict} |"
+            )
+    worst = max(summary, key=lambda row: row[2] - row[3]) if summary else None
+    tail = ""
+    if worst is not None:
+        tail = f"\nLargest regret over its seed spread: {worst[1]} on {worst[0]}, {worst[2]:.2f} pp against {worst[3]:.2f} pp.\n"
+    return "\n".join(lines) + "\n" + tail
+
+
+def _pin_this_process() -> None:
+    """The study's runs are portable: this process restarts itself pinned, once."""
+    from hdcfl_ray.portable.environment import portable_environment
+    from hdcfl_ray.portable.process import require_pinned_process, unpinned_libraries
+    from hdcfl_ray.portable.restart import RESTARTED
+
+    if not unpinned_libraries():
+        return
+    if RESTARTED in os.environ:
+        require_pinned_process("the study")
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **portable_environment(), RESTARTED: "{}"})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO / "runs/auto-regret")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    parser.add_argument("--part", choices=["fixed", "choice", "report", "all"], default="all")
+    parser.add_argument("--report", type=Path, default=None, help="write the table here too")
+    args = parser.parse_args()
+    methods = [name for name in args.methods.split(",") if name]
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    if args.part != "report":
+        _pin_this_process()
+    if args.part in ("fixed", "all"):
+        run_fixed(args.out, methods, seeds)
+    if args.part in ("choice", "all"):
+        run_choices(args.out, methods, seeds)
+    table = report(args.out, methods, seeds)
+    print(table)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
