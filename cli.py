@@ -349,39 +349,24 @@ def sweep(
 ) -> None:
     """Run a grid of scenarios x methods x seeds; completed runs are skipped, killed ones resumed
     (a run on disk made with other settings stops the sweep, exit 2, unless --replace-changed)."""
-    from hdcfl_ray.config.loading import read_scenario_file
-    from hdcfl_ray.sweep.grid import SweepPlan, check_seeds, expand, parse_list, read_sweep_file
+    from hdcfl_ray.api import sweep_plan
+    from hdcfl_ray.sweeps.grid import check_seeds, parse_list
 
-    try:
-        for path in files:
-            if not path.is_file():
-                raise ScenarioError(f"{path}: no such file")
-        if len(files) == 1 and "scenarios" in read_scenario_file(files[0]):
-            plan = read_sweep_file(files[0], out)
-            plan = SweepPlan(
-                plan.scenario_files,
-                parse_list(algorithms, "--algorithms") or plan.algorithms,
-                check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else plan.seeds,
-                plan.overrides + tuple(overrides or ()),
-                plan.out,
-            )
-        else:
-            if out is None:
-                raise ScenarioError("--out SWEEP_DIR is required")
-            seed_values = check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else None
-            plan = SweepPlan(tuple(files), parse_list(algorithms, "--algorithms"), seed_values, tuple(overrides or ()), out)
+    try:  # the grid read as hdcfl_ray.sweep reads it (one implementation)
+        seed_values = check_seeds(parse_list(seeds, "--seeds"), "--seeds") if seeds is not None else None
+        algorithm_names = parse_list(algorithms, "--algorithms") or None
+        plan, runs = sweep_plan(list(files), algorithm_names, seed_values, tuple(overrides or ()), out)
         if report_file is not None:
             from hdcfl_ray.config.paths import check_writable
 
             check_writable(report_file, "--report", "file")
-        runs = expand(plan)
         _pin_for_portable([run.scenario for run in runs], "the sweep")
     except ScenarioError as error:
         _fail_bad_input(error)
     console = Console(quiet=quiet)
     console.print(f"sweep: {len(runs)} runs into {plan.out}")
 
-    from hdcfl_ray.sweep.runner import ClusterLostError
+    from hdcfl_ray.sweeps.runner import ClusterLostError
 
     try:
         outcome = _run_sweep_stoppably(runs, plan.out, parallel, console, replace_changed, "sweep")
@@ -395,18 +380,15 @@ def sweep(
         f"index: {plan.out / 'index.json'}; report: hdcfl-ray report {plan.out}"
     )
     if report_file is not None:
-        from analysis.final_metrics import run_metrics
-        from analysis.report_tables import all_tables, to_markdown
-        from analysis.runs import load_runs
+        from hdcfl_ray.api import render_report, report_tables
 
-        try:
-            records = run_metrics(load_runs([plan.out]))
+        try:  # the report as `hdcfl-ray report SWEEP_DIR --format md` writes it
+            tables, _ = report_tables([plan.out], None, None, lambda text: console.print(text, highlight=False, markup=False))
         except ScenarioError as error:  # e.g. two runs of one seed: the sweep's runs stay, the report is not written
             _fail_bad_input(error)
-        if records:
-            report_file.parent.mkdir(parents=True, exist_ok=True)
-            report_file.write_text(to_markdown(all_tables(records)))
-            console.print(f"report written to {report_file}")
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        report_file.write_text(render_report(tables, "md"))
+        console.print(f"report written to {report_file}")
     if quiet:
         print(plan.out)
     if outcome.failed:
@@ -425,7 +407,7 @@ def _run_sweep_stoppably(
     import signal
 
     from hdcfl_ray.runtime.interrupts import received, stop_signals
-    from hdcfl_ray.sweep.runner import run_sweep
+    from hdcfl_ray.sweeps.runner import run_sweep
     from hdcfl_ray.terminal.sweep_view import SweepView
 
     view = SweepView([(run.key, run.scenario.protocol.rounds) for run in runs], console, title)
@@ -477,9 +459,9 @@ def calibrate(
     best mean accuracy on images held out of each client's training data (never the
     test set); the table also shows the groups found, their ARI against the planted
     groups (oracle evidence, not used to choose) and the budget."""
-    from hdcfl_ray.sweep.calibration import calibration_runs
-    from hdcfl_ray.sweep.grid import check_seeds, parse_list
-    from hdcfl_ray.sweep.runner import ClusterLostError
+    from hdcfl_ray.sweeps.calibration import calibration_runs
+    from hdcfl_ray.sweeps.grid import check_seeds, parse_list
+    from hdcfl_ray.sweeps.runner import ClusterLostError
 
     try:
         if not scenario_file.is_file():
@@ -542,78 +524,36 @@ def report(
     best, average rank, tail tables, macro averages with tail rank, ARI for clustered methods.
     Runs are averaged only where their resolved scenarios agree in all but the seed and the
     keys a rerun may change; other runs of a scenario name get columns of their own."""
-    from analysis.final_metrics import run_metrics
-    from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
-    from analysis.runs import left_out_note, load_runs, unfinished
-    from analysis.setting_groups import duplicates_note, place_runs
+    from hdcfl_ray.api import render_report, report_tables
 
-    renderers = {"md": to_markdown, "markdown": to_markdown, "csv": to_csv, "latex": to_latex}
-    if output_format not in (*renderers, "table"):
+    if output_format not in ("md", "markdown", "csv", "latex", "table"):
         _fail_bad_input(ScenarioError(f"--format {output_format!r}: choose table, md, csv or latex"))
-    missing = [str(path) for path in paths if not path.exists()]
-    if missing:
-        _fail_bad_input(ScenarioError(f"no such run directory: {', '.join(missing)}"))
     from hdcfl_ray.config.paths import check_writable
-    from hdcfl_ray.logs.table_writer import unreadable_parts
 
-    try:  # outputs and inputs checked before anything is computed
+    def notice(text: str) -> None:
+        Console(stderr=True).print(text, highlight=False, markup=False)
+
+    try:  # outputs and inputs checked before anything is computed; the tables: hdcfl_ray.api's one implementation
         if out is not None:
             check_writable(out, "--out", "file")
         if figures is not None:
             check_writable(figures, "--figures", "folder")
-        damaged = unreadable_parts(paths)
-        if damaged:
-            listed = "; ".join(f"{path} ({reason})" for path, reason in damaged[:10])
-            more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
-            raise ScenarioError(
-                f"report: {len(damaged)} table part(s) cannot be read: {listed}{more}. Resume an unfinished run with "
-                "hdcfl-ray simulate --resume RUN_DIR (it redoes a damaged round), or leave the run out of the report"
-            )
-        runs = load_runs(list(paths))
-    except ScenarioError as error:
-        _fail_bad_input(error)
-    except (OSError, ValueError) as error:  # pyarrow's errors are ValueError or OSError subclasses
-        _fail_bad_input(ScenarioError(f"report: the runs cannot be read ({type(error).__name__}: {error})"))
-    left_out = unfinished(runs)
-    if left_out:  # a half-finished run would mix rounds into the final-round tables
-        Console(stderr=True).print(
-            f"left out {len(left_out)} unfinished run(s): "
-            + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out),
-            highlight=False,
-        )
-    validation_scored = [run for run in runs if run.scored_on_validation]
-    if validation_scored:
-        Console(stderr=True).print(
-            f"note: {len(validation_scored)} run(s) were scored on validation images held out of the clients' training "
-            "data (partition.validation_fraction), not on the test set: they are listed apart, in the table 'Validation-scored "
-            "runs', and enter no test table, rank or macro value",
-            highlight=False,
-        )
-    try:  # which runs are one setting, and one run per seed of each
-        placement = place_runs([run for run in runs if run.finished], keep_duplicate)
-    except ScenarioError as error:
-        _fail_bad_input(error)
-    if placement.duplicates:
-        Console(stderr=True).print(duplicates_note(placement.duplicates, keep_duplicate), highlight=False, markup=False)
-    records = run_metrics(placement.runs)
-    if not records:
-        _fail_bad_input(ScenarioError(f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, paths))}"))
-    notes = " ".join(note for note in (left_out_note(left_out), duplicates_note(placement.duplicates, keep_duplicate)) if note)
-    try:
-        tables = all_tables(records, against, notes)
+        tables, placed = report_tables(list(paths), against, keep_duplicate, notice)
     except ScenarioError as error:
         _fail_bad_input(error)
     if figures is not None:
         from analysis.figures import write_figures
 
-        written = write_figures(placement.runs, figures)
+        written = write_figures(placed, figures)
         Console(stderr=True).print(f"wrote {len(written)} figure(s) to {figures}")
     if output_format == "table" and out is None:
+        from analysis.report_tables import to_rich
+
         console = Console()
         for table in to_rich(tables):
             console.print(table)
         return
-    text = renderers.get(output_format, to_markdown)(tables)
+    text = render_report(tables, "md" if output_format == "table" else output_format)
     if out is None:
         print(text, end="")
     else:
@@ -657,7 +597,7 @@ def donor_swap(
     beneficial rate, AP lift, top-1 minus random, gains by head-distance quintile (tables 4, 14, 15)."""
     from analysis.provenance import provenance_note, run_provenance
     from hdcfl_ray.config.paths import check_writable
-    from hdcfl_ray.diagnostics.donor_swap_run import donor_swap_runs, format_summary
+    from hdcfl_ray.ablation.donor_swap_run import donor_swap_runs, format_summary
     from hdcfl_ray.durable_files import write_text_durably
     from hdcfl_ray.logs.manifest import read_manifest
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean, stdev
 
-from analysis.figures import _file_part, _pyplot, save_figure
+from analysis.figure_files import file_part, pyplot, save_figure
 from analysis.runs import RunRecord
 from analysis.run_traffic import run_traffic, total_megabytes
 
@@ -78,7 +78,7 @@ def _spread_evenly(accuracies: list[float], gap: float) -> list[float]:
 def accuracy_against_communication(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     from matplotlib.ticker import FuncFormatter
 
-    plt = _pyplot()
+    plt = pyplot()
     colours = plt.get_cmap("tab10")
     written = []
     for setting, methods in sorted(_points(runs).items()):
@@ -112,5 +112,5 @@ def accuracy_against_communication(runs: list[RunRecord], out_dir: Path) -> list
         axis.set_ylabel("final mean client test accuracy (%)")
         axis.set_title(f"{setting}: accuracy against communication (mean over seeds, bars: ± one std)", fontsize=10)
         axis.grid(alpha=0.3, which="both")
-        written.append(save_figure(figure, out_dir / f"communication_{_file_part(setting)}.png"))
+        written.append(save_figure(figure, out_dir / f"communication_{file_part(setting)}.png"))
     return written

@@ -5,35 +5,13 @@ accuracy against communication (analysis/communication_figure.py)."""
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from analysis.figure_files import file_part, pyplot, save_figure  # noqa: F401  (save_figure re-exported)
 from analysis.runs import RunRecord
-
-
-def _file_part(setting: str) -> str:
-    """A setting name as a file-name part: "cpu-c10-rot (validation)" -> "cpu-c10-rot_validation"."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", setting).strip("_")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(figure, path: Path) -> Path:
-    """Lay out, write (PNG, 120 dpi) and close one figure; its path."""
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    _pyplot().close(figure)
-    return path
 
 
 def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int], list[float]]]]:
@@ -48,7 +26,7 @@ def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int]
 def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     """Mean client accuracy over rounds, mean +- one std over seeds, one figure per setting.
     HDC-FL's curve follows the shared encoder before activation and its mixtures after."""
-    plt = _pyplot()
+    plt = pyplot()
     curves = _curves(runs)
     written = []
     for setting in sorted({s for s, _ in curves}):
@@ -68,7 +46,7 @@ def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_title(f"{setting}: learning curves (shaded: ± one std over seeds)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-        written.append(save_figure(figure, out_dir / f"learning_curves_{_file_part(setting)}.png"))
+        written.append(save_figure(figure, out_dir / f"learning_curves_{file_part(setting)}.png"))
     return written
 
 
@@ -83,7 +61,7 @@ GROUPING_PANELS = (
 
 def grouping_diagnostics(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     """HDC-FL's refresh diagnostics over rounds, one figure per setting, one line per seed."""
-    plt = _pyplot()
+    plt = pyplot()
     by_setting: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         if run.refresh.num_rows:
@@ -103,13 +81,13 @@ def grouping_diagnostics(runs: list[RunRecord], out_dir: Path) -> list[Path]:
             axis.grid(alpha=0.3)
         axes[0].legend(fontsize=7)
         figure.suptitle(f"{setting}: grouping diagnostics at each refresh")
-        written.append(save_figure(figure, out_dir / f"grouping_{_file_part(setting)}.png"))
+        written.append(save_figure(figure, out_dir / f"grouping_{file_part(setting)}.png"))
     return written
 
 
 def client_distributions(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     """Final-round per-client accuracies per method (all seeds pooled), one figure per setting."""
-    plt = _pyplot()
+    plt = pyplot()
     per_setting: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         final = run.final_evaluated_round()
@@ -126,14 +104,14 @@ def client_distributions(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_ylabel("client test accuracy (%), final round")
         axis.set_title(f"{setting}: per-client accuracy (seeds pooled; triangle = mean)")
         axis.grid(alpha=0.3, axis="y")
-        written.append(save_figure(figure, out_dir / f"clients_{_file_part(setting)}.png"))
+        written.append(save_figure(figure, out_dir / f"clients_{file_part(setting)}.png"))
     return written
 
 
 def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     """Soft memberships at the last evaluated round for each run that has them
     (clients x groups), clients ordered by planted group when known."""
-    plt = _pyplot()
+    plt = pyplot()
     written = []
     for run in runs:
         final = run.final_evaluated_round()
@@ -150,12 +128,12 @@ def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         axis.set_xlabel("group")
         axis.set_title(f"{run.setting} {run.algorithm} seed {run.seed}\nmemberships, round {final['round']}", fontsize=9)
         figure.colorbar(image, ax=axis)
-        written.append(save_figure(figure, out_dir / f"memberships_{_file_part(run.setting)}_{run.algorithm}_seed{run.seed}.png"))
+        written.append(save_figure(figure, out_dir / f"memberships_{file_part(run.setting)}_{run.algorithm}_seed{run.seed}.png"))
     return written
 
 
 def write_figures(runs: list[RunRecord], out_dir: Path) -> list[Path]:
-    from analysis.communication_figure import accuracy_against_communication  # it draws with this module's helpers
+    from analysis.communication_figure import accuracy_against_communication
 
     out_dir.mkdir(parents=True, exist_ok=True)
     return [

@@ -49,7 +49,7 @@ def measure(clients: int, encoder: str, images: int, batch: int, whole_update: b
     from hdcfl_ray.contract import OptimizerConfig
     from hdcfl_ray.runtime.client import batched_training
     from hdcfl_ray.runtime.client.batched_training import TrainRequest, train_together
-    from hdcfl_ray.runtime.client.local_training import train_locally
+    from hdcfl_ray.training.local_training import train_locally
 
     torch.set_num_threads(1)
     sgd = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)

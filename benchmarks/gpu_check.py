@@ -227,8 +227,8 @@ def step_throughput(step: Step) -> None:
     from hdcfl_ray.contract import OptimizerConfig
     from hdcfl_ray.models import build_split_model
     from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
-    from hdcfl_ray.runtime.client.local_training import train_locally
-    from hdcfl_ray.runtime.client.precision import autocast
+    from hdcfl_ray.training.local_training import train_locally
+    from hdcfl_ray.training.precision import autocast
 
     warnings.filterwarnings("ignore")  # deterministic-kernel notices (ResNet's pooling backward)
     runtime = RuntimeConfig(num_gpus_per_actor=0.0 if step.dry_run else 1.0)  # a host's defaults: deterministic, no TF32

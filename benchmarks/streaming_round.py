@@ -4,7 +4,7 @@ full participation, on Ray: what a round needs in memory when every client uploa
 Every update stays in Ray's object store (capped at `--object-store-gb`, spilled
 to disk beyond) until the server's fold reaches it; the server reads one upload
 at a time in client-id order (`runtime/server/stored_models.py`,
-`algorithms/aggregate.LazyColumn`). Held in a list, the round's uploads would be
+`maths/aggregate.LazyColumn`). Held in a list, the round's uploads would be
 K x 45 MB (45 GB at K = 1000). Each client holds `--samples` tiny synthetic
 images, so the round measures the upload path rather than training. Reports the
 wall time, the round's aggregation time, and the peak PSS summed over every

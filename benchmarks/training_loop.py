@@ -27,7 +27,7 @@ from hdcfl_ray.config.schema import DatasetConfig, ModelConfig, OptimizerConfig 
 from hdcfl_ray.data.sources import load_dataset  # noqa: E402
 from hdcfl_ray.data.transforms import to_float_batch  # noqa: E402
 from hdcfl_ray.models import build_split_model  # noqa: E402
-from hdcfl_ray.runtime.client.local_training import client_generator, train_locally  # noqa: E402
+from hdcfl_ray.training.local_training import client_generator, train_locally  # noqa: E402
 
 CLIENTS = 20
 

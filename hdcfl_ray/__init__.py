@@ -18,7 +18,7 @@ from hdcfl_ray.errors import ScenarioError
 __version__ = "0.1.0"
 __all__ = ["Run", "ScenarioError", "SweepResult", "load_run", "report", "simulate", "sweep"]
 
-_API_NAMES = frozenset({"Run", "SweepResult", "load_run", "report", "simulate", "resolve_scenario"})
+_API_NAMES = frozenset({"Run", "SweepResult", "load_run", "report", "simulate", "sweep", "resolve_scenario"})
 
 
 def __getattr__(name: str) -> object:
@@ -26,11 +26,6 @@ def __getattr__(name: str) -> object:
         from hdcfl_ray import api
 
         return getattr(api, name)
-    if name == "sweep":
-        # hdcfl_ray.sweep is also the package of the sweep machinery; calling it runs api.sweep
-        import importlib
-
-        return importlib.import_module("hdcfl_ray.sweep")
     raise AttributeError(f"module 'hdcfl_ray' has no attribute {name!r}")
 
 

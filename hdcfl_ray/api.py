@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Union
 
 from hdcfl_ray.logs.summary_columns import ACCURACY_SUMMARY_COLUMNS
 from hdcfl_ray.errors import ScenarioError
@@ -304,29 +304,15 @@ def sweep(
     raises ScenarioError unless replace_changed. A run that fails does not stop the
     others: it is listed in `failed`.
     """
-    from hdcfl_ray.config.loading import read_scenario_file
-    from hdcfl_ray.sweep.grid import SweepPlan, expand, read_sweep_file
-    from hdcfl_ray.sweep.runner import ClusterLostError, run_sweep
+    from hdcfl_ray.sweeps.runner import ClusterLostError, run_sweep
 
     files = [Path(scenarios)] if isinstance(scenarios, (str, Path)) else [Path(path) for path in scenarios]
     if not files:
         raise ScenarioError("scenarios: give at least one scenario file")
-    for path in files:
-        if not path.is_file():
-            raise ScenarioError(f"{path}: no such file")
     algorithm_names = (algorithms,) if isinstance(algorithms, str) else tuple(algorithms) if algorithms else None
     seed_values = tuple(_seed(seed) for seed in seeds) if seeds else None
-    override_texts = tuple(_override_texts(overrides))
-    if len(files) == 1 and "scenarios" in read_scenario_file(files[0]):
-        plan = read_sweep_file(files[0], Path(out) if out is not None else None)
-        plan = SweepPlan(
-            plan.scenario_files, algorithm_names or plan.algorithms, seed_values or plan.seeds, plan.overrides + override_texts, plan.out
-        )
-    else:
-        if out is None:
-            raise ScenarioError("out: the sweep folder is required (sweep(files, out=SWEEP_DIR))")
-        plan = SweepPlan(tuple(files), algorithm_names, seed_values, override_texts, Path(out))
-    runs = expand(plan)
+    plan, runs = sweep_plan(files, algorithm_names, seed_values, tuple(_override_texts(overrides)), Path(out) if out is not None else None,
+                            out_key="out: the sweep folder is required (sweep(files, out=SWEEP_DIR))")  # fmt: skip
     if _needs_pinned_process([run.scenario for run in runs]):
         return _sweep_pinned(plan, runs, parallel, replace_changed, progress)
     printer = _printer(progress)
@@ -351,12 +337,40 @@ def sweep(
     )
 
 
+def sweep_plan(
+    files: Sequence[Path],
+    algorithms: tuple[str, ...] | None,
+    seeds: tuple[int, ...] | None,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    out_key: str = "--out SWEEP_DIR is required",
+) -> tuple[Any, list[Any]]:
+    """The one reading of a sweep's inputs, for `hdcfl-ray sweep` and `hdcfl_ray.sweep`:
+    scenario files (or one sweep file, its lists overridden by those given), and every
+    run of the grid. Returns (the plan, its runs); ScenarioError names a bad input."""
+    from hdcfl_ray.config.loading import read_scenario_file
+    from hdcfl_ray.sweeps.grid import SweepPlan, expand, read_sweep_file
+
+    for path in files:
+        if not Path(path).is_file():
+            raise ScenarioError(f"{path}: no such file")
+    if len(files) == 1 and "scenarios" in read_scenario_file(files[0]):
+        plan = read_sweep_file(files[0], out)
+        plan = SweepPlan(plan.scenario_files, algorithms or plan.algorithms, seeds if seeds is not None else plan.seeds,
+                         plan.overrides + overrides, plan.out)  # fmt: skip
+    else:
+        if out is None:
+            raise ScenarioError(out_key)
+        plan = SweepPlan(tuple(files), algorithms, seeds, overrides, out)
+    return plan, expand(plan)
+
+
 def _sweep_pinned(plan: Any, runs: list[Any], parallel: int | None, replace_changed: bool, progress: bool) -> SweepResult:
     """A portable sweep in a fresh pinned process (`hdcfl-ray sweep`), its outcome read
     from the runs' folders here."""
     from hdcfl_ray.logs.manifest import read_manifest
     from hdcfl_ray.portable.child import run_command_pinned
-    from hdcfl_ray.sweep.index import run_status
+    from hdcfl_ray.sweeps.index import run_status
 
     before = {run.key: run_status(run) for run in runs}
     arguments = ["sweep", *map(str, plan.scenario_files), "--out", str(plan.out)]
@@ -418,35 +432,72 @@ def report(
     keys a rerun may change. Unfinished runs are left out (with a warning); runs scored on
     validation images are listed in a table of their own, never in a test table, rank or
     macro value (docs/cli.md, "What a report says it left out")."""
-    from analysis.final_metrics import run_metrics
-    from analysis.report_tables import all_tables, to_csv, to_latex, to_markdown, to_rich
-    from analysis.runs import left_out_note, load_runs, unfinished
-    from analysis.setting_groups import duplicates_note, place_runs
-
     if format not in REPORT_FORMATS:
         raise ScenarioError(f"--format {format!r}: choose table, md, csv or latex")
     items = [paths] if isinstance(paths, (str, Path, Run)) else list(paths)
     folders = [item.dir if isinstance(item, Run) else Path(item) for item in items]
-    missing = [str(path) for path in folders if not path.exists()]
+    tables, _ = report_tables(folders, against, keep_duplicate, lambda text: warnings.warn(text, stacklevel=3), 'keep_duplicate="{}"')
+    return render_report(tables, format)
+
+
+def report_tables(
+    folders: Sequence[Path],
+    against: str | None,
+    keep_duplicate: str | None,
+    notice: Callable[[str], None],
+    duplicate_option: str = "--keep-duplicate {}",
+) -> tuple[list[Any], list[Any]]:
+    """The one implementation of a report, for `hdcfl-ray report` and `hdcfl_ray.report`:
+    the runs under `folders` read, checked and placed into settings, and their tables;
+    what was left out said through `notice`. Returns (tables, the runs placed), or raises
+    ScenarioError before anything is computed when an input cannot be read."""
+    from analysis.final_metrics import run_metrics
+    from analysis.report_tables import all_tables
+    from analysis.runs import left_out_note, load_runs, unfinished
+    from analysis.setting_groups import duplicates_note, place_runs
+    from hdcfl_ray.logs.table_writer import unreadable_parts
+
+    missing = [str(path) for path in folders if not Path(path).exists()]
     if missing:
         raise ScenarioError(f"no such run directory: {', '.join(missing)}")
-    runs = load_runs(folders)
+    try:
+        damaged = unreadable_parts(list(folders))
+        if damaged:
+            listed = "; ".join(f"{path} ({reason})" for path, reason in damaged[:10])
+            more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
+            raise ScenarioError(
+                f"report: {len(damaged)} table part(s) cannot be read: {listed}{more}. Resume an unfinished run with "
+                "hdcfl-ray simulate --resume RUN_DIR (it redoes a damaged round), or leave the run out of the report"
+            )
+        runs = load_runs(list(folders))
+    except (OSError, ValueError) as error:  # pyarrow's errors are ValueError or OSError subclasses
+        raise ScenarioError(f"report: the runs cannot be read ({type(error).__name__}: {error})") from None
     left_out = unfinished(runs)
-    if left_out:
-        warnings.warn(
-            f"left out {len(left_out)} unfinished run(s): " + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out),
-            stacklevel=2,
+    if left_out:  # a half-finished run would mix rounds into the final-round tables
+        notice(f"left out {len(left_out)} unfinished run(s): " + ", ".join(f"{run.run_dir} ({run.status})" for run in left_out))
+    validation_scored = [run for run in runs if run.scored_on_validation]
+    if validation_scored:
+        notice(
+            f"note: {len(validation_scored)} run(s) were scored on validation images held out of the clients' training "
+            "data (partition.validation_fraction), not on the test set: they are listed apart, in the table 'Validation-scored "
+            "runs', and enter no test table, rank or macro value"
         )
-    placement = place_runs([run for run in runs if run.finished], keep_duplicate, option='keep_duplicate="{}"')
+    placement = place_runs([run for run in runs if run.finished], keep_duplicate, option=duplicate_option)
     if placement.duplicates:
-        warnings.warn(duplicates_note(placement.duplicates, keep_duplicate), stacklevel=2)
+        notice(duplicates_note(placement.duplicates, keep_duplicate))
     records = run_metrics(placement.runs)
     if not records:
         raise ScenarioError(
             f"no completed runs (folders with scenario.yaml and a completed manifest) under {', '.join(map(str, folders))}"
         )
     notes = " ".join(note for note in (left_out_note(left_out), duplicates_note(placement.duplicates, keep_duplicate)) if note)
-    tables = all_tables(records, against, notes)
+    return all_tables(records, against, notes), placement.runs
+
+
+def render_report(tables: list[Any], format: str) -> str:
+    """The tables as text: md, csv, latex, or table (the terminal tables, plain)."""
+    from analysis.report_tables import to_csv, to_latex, to_markdown, to_rich
+
     if format == "table":
         from rich.console import Console
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 
 VECTORS = [np.array([1.0, 2.0], np.float32), np.array([3.0, 6.0], np.float32), np.array([5.0, -1.0], np.float32)]
 COUNTS = [10, 30, 60]

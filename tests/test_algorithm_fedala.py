@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedala import FedALA, FedALAParams
 from hdcfl_ray.algorithms.fedala_weights import (
     TRAINING_SUBSET_STREAM,

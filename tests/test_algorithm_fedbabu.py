@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedbabu import FedBABU, FedBABUParams, finetune_optimizer
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.methods import run_info

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.contract import EvalResult, ModelParams, Upload, RunInfo
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.algorithms.fedce import (
@@ -31,9 +31,10 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.fedce import FedCEParams
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module
-from hdcfl_ray.runtime.client.client_context import HostClientContext, stats_from_probabilities
+from hdcfl_ray.runtime.client.client_context import HostClientContext
+from hdcfl_ray.training.scores import stats_from_probabilities
 from hdcfl_ray.runtime.backends.local_host import in_process_run
-from hdcfl_ray.runtime.client.local_training import client_generator
+from hdcfl_ray.training.local_training import client_generator
 from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import PINNED_AUTO_KNOBS, tiny_scenario
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedrep import FedRep, FedRepParams
 from hdcfl_ray.algorithms.registry import method_spec
 from hdcfl_ray.config.loading import build_scenario

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedsoft import FedSoft, FedSoftParams
 from hdcfl_ray.algorithms.fedsoft_centres import soft_centres
 from hdcfl_ray.algorithms.fedsoft_importance import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.cluster_models import UPLOADED_MODEL
 from hdcfl_ray.algorithms.ifca import (
     IFCA,

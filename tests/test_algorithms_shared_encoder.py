@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run

@@ -287,7 +287,7 @@ def test_validate_says_which_knobs_are_auto_and_what_the_choice_will_run(tmp_pat
 
 
 def test_the_memory_check_counts_the_largest_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hdcfl_ray.config.machine_checks as checks
+    import hdcfl_ray.runtime.machine_checks as checks
 
     scenario = build_scenario(small(tmp_path, "ifca", {"clusters": "auto"}))
     monkeypatch.setattr(checks, "machine_memory_bytes", lambda: 1)
@@ -296,8 +296,8 @@ def test_the_memory_check_counts_the_largest_candidate(tmp_path: Path, monkeypat
 
 
 def test_a_sweep_chooses_once_per_setting_method_and_seed(tmp_path: Path, write_scenario, ray_session: None) -> None:
-    from hdcfl_ray.sweep.grid import SweepPlan, expand
-    from hdcfl_ray.sweep.runner import run_sweep
+    from hdcfl_ray.sweeps.grid import SweepPlan, expand
+    from hdcfl_ray.sweeps.runner import run_sweep
 
     # two scenario files of one setting (they differ only in their names and in another method's section)
     first = write_scenario(small(tmp_path, "ifca", {"clusters": "auto"}, name="one"), "one.yaml")

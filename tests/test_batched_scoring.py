@@ -22,7 +22,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.contract import ModelParams
 from hdcfl_ray.runtime.backends.local_host import in_process_run, local_host
 from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch, PendingScore
-from hdcfl_ray.runtime.client.local_training import evaluate
+from hdcfl_ray.training.local_training import evaluate
 from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.runtime.server.messages import EvalReport
 from hdcfl_ray.models import flatten_module, load_flat_into

@@ -32,7 +32,7 @@ from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.models.small_cnn import SmallCNN
 from hdcfl_ray.runtime.client import batched_training
 from hdcfl_ray.runtime.client.batched_training import TrainRequest, train_together
-from hdcfl_ray.runtime.client.local_training import train_locally
+from hdcfl_ray.training.local_training import train_locally
 from hdcfl_ray.runtime.client.training_rendezvous import TrainingRendezvous
 from tests.conftest import SMALL_FEDERATION_METHODS, tiny_scenario
 

@@ -12,7 +12,7 @@ import torch
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.models import build_split_model, flatten_module
 from hdcfl_ray.runtime.backends.local_host import local_host
-from hdcfl_ray.runtime.client.local_training import client_generator
+from hdcfl_ray.training.local_training import client_generator
 from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.runtime.initial_model import independent_initialisations
 from tests.conftest import tiny_scenario

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.apfl import BATCH_ORDER_STREAM
 from hdcfl_ray.models import flatten_module
-from hdcfl_ray.runtime.client.local_training import client_generator
+from hdcfl_ray.training.local_training import client_generator
 from tests.script_modules import REPOSITORY, load_script
 
 CROSSCHECK = REPOSITORY / "benchmarks" / "crosscheck"

@@ -93,7 +93,7 @@ def test_method_on_gpu_hosts(tmp_path: Path, method: str, encoder: str) -> None:
 def test_local_training_on_cuda_reads_the_device_once_per_epoch() -> None:
     from hdcfl_ray.config.schema import ModelConfig, OptimizerConfig
     from hdcfl_ray.models import build_split_model
-    from hdcfl_ray.runtime.client.local_training import evaluate, train_locally
+    from hdcfl_ray.training.local_training import evaluate, train_locally
 
     device = torch.device("cuda", 0)
     model = build_split_model(ModelConfig(encoder="small_cnn", width=8, feature_dim=16), in_channels=3, num_classes=4, seed=0).to(device)

@@ -73,11 +73,11 @@ def test_a_10000_by_10000_first_image_is_refused_before_the_array_is_allocated(t
 
 
 def test_images_that_would_not_fit_in_memory_together_are_refused(tmp_path, monkeypatch):
-    import hdcfl_ray.config.machine_checks as machine_checks
+    import hdcfl_ray.host_memory as host_memory
 
     root = tmp_path / "images"
     write_class_folders(root, {"a": 3, "b": 3})
-    monkeypatch.setattr(machine_checks, "machine_memory_bytes", lambda: 200)  # 6 images of 6x6x3 = 648 bytes
+    monkeypatch.setattr(host_memory, "machine_memory_bytes", lambda: 200)  # 6 images of 6x6x3 = 648 bytes
     with pytest.raises(ScenarioError, match="6 images of the dataset would take"):
         load_dataset(DatasetConfig(name="image_folder", path=str(root)), 0)
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.config.machine_checks import check_runtime
+from hdcfl_ray.runtime.machine_checks import check_runtime
 from hdcfl_ray.config.schema import RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.client import device
 from hdcfl_ray.runtime.driver import prepare_run
-from hdcfl_ray.sweep.changes import ARITHMETIC_KEYS
+from hdcfl_ray.config.safe_keys import ARITHMETIC_KEYS
 from tests.conftest import tiny_scenario
 
 
@@ -54,7 +54,7 @@ def test_the_local_backend_refuses_a_gpu_share_without_cuda_before_the_run() -> 
 
 
 def test_a_share_above_one_gpu_is_a_notice_that_the_rest_sits_idle(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hdcfl_ray.config import machine_checks
+    from hdcfl_ray.runtime import machine_checks
 
     # a cluster not joined yet: its GPUs are counted once connected, so only the notice is left
     monkeypatch.setattr(machine_checks, "ray_placement", lambda runtime: "cluster")

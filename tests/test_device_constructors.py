@@ -16,7 +16,7 @@ CLIENT_SIDE = [PACKAGE / "runtime" / "client", PACKAGE / "algorithms", PACKAGE /
 CONSTRUCTORS = {"tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm"}
 # (module relative to hdcfl_ray, enclosing function, constructor): why it is meant for the CPU
 ALLOWED = {
-    ("runtime/client/local_training.py", "train_locally", "randperm"): "the batch order comes from the CPU generator (device-independent bits); moved to the device at once",
+    ("training/local_training.py", "train_locally", "randperm"): "the batch order comes from the CPU generator (device-independent bits); moved to the device at once",
     ("runtime/client/batched_training.py", "__init__", "randperm"): "every epoch's batch order up front, as train_locally draws them, from the client's CPU generator; moved to the device in the plan's one transfer",
     ("runtime/client/batched_training.py", "__init__", "as_tensor"): "the clients of each step group, built on the host with the orders and moved in the same one transfer",
 }

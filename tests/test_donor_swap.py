@@ -23,7 +23,7 @@ from hdcfl_ray.diagnostics.donor_swap import (
     summarise,
     top1_minus_random,
 )
-from hdcfl_ray.diagnostics.donor_swap_run import donor_swap, format_summary
+from hdcfl_ray.ablation.donor_swap_run import donor_swap, format_summary
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
@@ -147,7 +147,7 @@ def test_donor_swap_on_a_tiny_run_writes_one_row_per_ordered_pair(tmp_path: Path
     assert "Q1 (closest)" in format_summary(summary)
 
     # targets scored in parallel on Ray give exactly the in-process matrices
-    from hdcfl_ray.diagnostics.donor_swap_run import swap_matrices, swap_matrices_on_ray
+    from hdcfl_ray.ablation.donor_swap_run import swap_matrices, swap_matrices_on_ray
     from hdcfl_ray.logs.refresh_cache import read_refresh_caches
     from hdcfl_ray.runtime.backends.local_host import local_host
 

@@ -159,7 +159,7 @@ SWEEP_VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=4), st.dictionaries
     extra=st.dictionaries(st.sampled_from(["out", "bogus", "scenarios"]), SWEEP_VALUES, max_size=1),
 )
 def test_sweep_files_exit_0_or_2_and_exit_2_runs_nothing(seeds, algorithms, overrides, extra, monkeypatch):
-    import hdcfl_ray.sweep.runner as sweep_runner
+    import hdcfl_ray.sweeps.runner as sweep_runner
 
     ran: list[int] = []
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.diagnostics.clustering import adjusted_rand, membership_entropy
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.hdcfl.grouping import group_clients

@@ -16,20 +16,50 @@ from hdcfl_ray.auto_knobs.plan import stand_in_values
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.contract import ASYNC_HOOKS, RunInfo
 from hdcfl_ray.errors import ScenarioError
-from hdcfl_ray.runtime.driver import prepare_run
+from hdcfl_ray.runtime.preflight import prepare_run
 from tests.conftest import tiny_scenario
 
-PACKAGE = Path(__file__).resolve().parents[1] / "hdcfl_ray"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "hdcfl_ray"
+PRODUCT = (PACKAGE, ROOT / "analysis")  # installed product code: the package and the report's analysis
+
+# The floors, ground first (docs/layout.md): a module imports only from its own floor and
+# the ones below. A prefix names a package or module; the longest prefix that matches a
+# module places it, so a package can keep its lower modules on a lower floor.
+LAYERS: list[tuple[str, ...]] = [
+    # values, errors and maths with no project dependency: what everything may use
+    ("hdcfl_ray.errors", "hdcfl_ray.durable_files", "hdcfl_ray.seeding", "hdcfl_ray.host_memory", "hdcfl_ray.contract",
+     "hdcfl_ray.maths", "hdcfl_ray.diagnostics"),
+    # HDC-FL's maths, the plugin registry, torch-only training pieces the methods use
+    ("hdcfl_ray.plugins", "hdcfl_ray.hdcfl", "hdcfl_ray.training.tally", "hdcfl_ray.training.precision", "hdcfl_ray.training.scores"),
+    ("hdcfl_ray.algorithms",),  # the methods
+    ("hdcfl_ray.config", "hdcfl_ray.data"),  # the scenario schema (it knows the methods' sections) and the data
+    ("hdcfl_ray.models", "hdcfl_ray.training", "hdcfl_ray.portable", "hdcfl_ray.plugin_shipping"),
+    # storage formats and what a run records; the plan of auto knobs (pure: no run)
+    ("hdcfl_ray.logs", "hdcfl_ray.checkpoint", "hdcfl_ray.trackers", "hdcfl_ray.auto_knobs.plan", "hdcfl_ray.auto_knobs.record",
+     "hdcfl_ray.auto_knobs.selection", "hdcfl_ray.auto_knobs.digests"),
+    ("hdcfl_ray.runtime",),  # preflight, client hosts, the server, backends
+    ("hdcfl_ray.ablation", "hdcfl_ray.terminal"),  # replays of saved refreshes; the terminal views
+    ("hdcfl_ray.auto_knobs",),  # choosing auto knobs (candidate runs passed in, replays)
+    ("hdcfl_ray.runtime.driver", "hdcfl_ray.pretraining"),  # a whole run; the pretrain command
+    ("hdcfl_ray.sweeps", "hdcfl_ray.plugin_listing"),
+    ("analysis",),  # reading run folders: the report's tables and figures
+    ("hdcfl_ray.api", "hdcfl_ray"),  # the Python API the CLI is a thin layer over
+]
+# Imports that run up a floor, each with its reason (at most five)
+ALLOWED_UP = {
+    ("hdcfl_ray.contract.context", "hdcfl_ray.models.flat"): "a type annotation only (TYPE_CHECKING): the context hands methods flat-index views",
+}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> nx.DiGraph:
+def import_graph(roots: tuple[Path, ...] = (PACKAGE,)) -> nx.DiGraph:
     """Every import between product modules: module level, inside functions and under TYPE_CHECKING."""
-    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    modules = {module_name(path, root): path for root in roots for path in root.rglob("*.py")}
     graph = nx.DiGraph()
     for name, path in modules.items():
         graph.add_node(name)
@@ -47,8 +77,34 @@ def import_graph() -> nx.DiGraph:
     return graph
 
 
+def floor(module: str) -> int | None:
+    matches = [(len(prefix), index) for index, prefixes in enumerate(LAYERS) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]  # fmt: skip
+    return max(matches)[1] if matches else None
+
+
+def upward_imports(graph: nx.DiGraph) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, b in graph.edges if floor(a) is not None and floor(b) is not None and floor(b) > floor(a))
+
+
+def test_every_product_module_has_a_floor() -> None:
+    assert [name for name in import_graph(PRODUCT) if floor(name) is None] == []
+
+
+def test_imports_point_down_the_floors_but_for_the_named_exceptions() -> None:
+    up = upward_imports(import_graph(PRODUCT))
+    unexplained = [f"{a} -> {b} (floor {floor(a)} imports floor {floor(b)})" for a, b in up if (a, b) not in ALLOWED_UP]
+    assert unexplained == [], "an import runs up the floors (docs/layout.md says where a new concern goes):\n" + "\n".join(unexplained)
+    assert len(ALLOWED_UP) <= 5 and set(ALLOWED_UP) <= set(up), "an allowed exception no longer exists: remove it"
+
+
+def test_the_floor_check_catches_an_import_that_runs_up() -> None:
+    graph = nx.DiGraph([("hdcfl_ray.logs.manifest", "hdcfl_ray.runtime.driver"), ("hdcfl_ray.runtime.driver", "hdcfl_ray.logs.manifest")])
+    assert upward_imports(graph) == [("hdcfl_ray.logs.manifest", "hdcfl_ray.runtime.driver")]
+
+
 def test_no_product_module_imports_in_a_circle() -> None:
-    cycles = [" -> ".join(cycle) for cycle in nx.simple_cycles(import_graph())]
+    cycles = [" -> ".join(cycle) for cycle in nx.simple_cycles(import_graph(PRODUCT))]
     assert cycles == []
 
 

@@ -378,7 +378,7 @@ def test_momentum_sgd_takes_the_same_steps_as_torch_sgd() -> None:
     import torch
     from torch import nn
 
-    from hdcfl_ray.runtime.client.local_training import MomentumSGD
+    from hdcfl_ray.training.local_training import MomentumSGD
 
     def trained(make):
         torch.manual_seed(0)

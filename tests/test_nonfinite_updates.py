@@ -7,10 +7,10 @@ import dataclasses
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.logs.round_rows import RoundRowBuilder
+from hdcfl_ray.runtime.round_rows import RoundRowBuilder
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
 from tests.conftest import tiny_scenario

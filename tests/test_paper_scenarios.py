@@ -22,7 +22,7 @@ from hdcfl_ray.models.pretrained import load_pretrained_encoder
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
-from hdcfl_ray.sweep.grid import expand, read_sweep_file, resolve_algorithms
+from hdcfl_ray.sweeps.grid import expand, read_sweep_file, resolve_algorithms
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "scenarios" / "paper"
@@ -315,7 +315,7 @@ def test_gain_grid_cells_expand_to_valid_hdcfl_sweeps(data_variables: dict[str, 
     changes what it says, and no name has a dot (the report would read it as an ablation variant)."""
     import yaml
 
-    from hdcfl_ray.sweep.grid import SweepPlan
+    from hdcfl_ray.sweeps.grid import SweepPlan
 
     cells = re.findall(r"^cell (\S+) (\S+) ([^#\n]*)", (CPU / "gain-grid.sh").read_text(), re.MULTILINE)
     assert len(cells) >= 5 and len({name for _, name, _ in cells}) == len(cells)

@@ -21,7 +21,7 @@ from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.portable import restart
 from hdcfl_ray.portable.environment import portable_environment
 from hdcfl_ray.portable.ray_options import with_portable_environment
-from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
 from tests.conftest import tiny_scenario
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.contract import OptimizerConfig
 from hdcfl_ray.models import build_split_model, flatten_module, load_flat_into
 from hdcfl_ray.runtime.backends.local_host import in_process_run
-from hdcfl_ray.runtime.client import precision
-from hdcfl_ray.runtime.client.local_training import train_locally
+from hdcfl_ray.training import precision
+from hdcfl_ray.training.local_training import train_locally
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
@@ -170,7 +170,7 @@ def test_float16_training_scales_the_loss_and_still_learns() -> None:
 def test_bf16_on_a_cpu_that_emulates_it_is_named_at_start_with_the_alternative(
     monkeypatch: pytest.MonkeyPatch, instruction_sets: list[str], runtime: dict, told: bool
 ) -> None:
-    from hdcfl_ray.config import machine_checks
+    from hdcfl_ray.runtime import machine_checks
     from hdcfl_ray.portable import machine
 
     cpu = {"architecture": "x86_64", "vendor": "AuthenticAMD", "model": "AMD EPYC 7B13", "instruction_sets": instruction_sets}

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cli import app
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
-from hdcfl_ray.sweep.changes import setting_changes
+from hdcfl_ray.config.setting_changes import setting_changes
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
 from tests.stop_observer import StopAfterRound

@@ -136,7 +136,7 @@ def assert_refused_before_start(results, out: Path, *fragments: str) -> None:
 @pytest.fixture
 def private_machine(monkeypatch):
     """Checks see a machine with 2 CPUs and no GPU, as a private Ray instance would."""
-    from hdcfl_ray.config import machine_checks
+    from hdcfl_ray.runtime import machine_checks
 
     monkeypatch.setattr(machine_checks, "ray_placement", lambda runtime: "private")
     monkeypatch.setattr(
@@ -379,7 +379,7 @@ def test_a_joined_clusters_capacity_is_checked_before_the_run_directory(ray_sess
 def test_a_cluster_address_where_nothing_listens_exits_2(write_scenario, monkeypatch):
     import socket
 
-    from hdcfl_ray.config import machine_checks
+    from hdcfl_ray.runtime import machine_checks
 
     monkeypatch.setattr(machine_checks, "ray_placement", lambda runtime: "cluster")
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
@@ -391,7 +391,7 @@ def test_a_cluster_address_where_nothing_listens_exits_2(write_scenario, monkeyp
 
 
 def test_sweep_algorithm_typo_names_the_near_miss():
-    from hdcfl_ray.sweep.grid import resolve_algorithms
+    from hdcfl_ray.sweeps.grid import resolve_algorithms
 
     with pytest.raises(ScenarioError) as raised:
         resolve_algorithms(("hdcfl", "fedavg_es"))

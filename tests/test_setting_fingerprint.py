@@ -10,7 +10,7 @@ import pytest
 from hdcfl_ray.config import safe_keys
 from hdcfl_ray.config.fingerprint import method_knobs, setting_fingerprint, setting_keys
 from hdcfl_ray.config.loading import build_scenario, load_scenario
-from hdcfl_ray.sweep import changes
+from hdcfl_ray.sweeps import changes
 from tests.conftest import tiny_scenario
 
 QUICKSTART = "scenarios/quickstart.yaml"

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.algorithms.ifca import IFCA, IFCAParams
 from hdcfl_ray.contract import ModelParams, RunInfo, Upload

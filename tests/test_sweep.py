@@ -7,8 +7,8 @@ import json
 import pytest
 
 from hdcfl_ray.errors import ScenarioError
-from hdcfl_ray.sweep.grid import SweepPlan, expand, read_sweep_file
-from hdcfl_ray.sweep.runner import run_sweep
+from hdcfl_ray.sweeps.grid import SweepPlan, expand, read_sweep_file
+from hdcfl_ray.sweeps.runner import run_sweep
 from tests.conftest import tiny_scenario
 
 
@@ -41,7 +41,7 @@ def test_sweep_file_lists_scenarios_relative_to_itself(write_scenario, tmp_path)
 
 def test_a_second_sweep_into_the_same_folder_keeps_the_first_ones_index_entries(write_scenario, tmp_path):
     """Two method lists run as two sweeps into one folder: the index lists all four runs."""
-    from hdcfl_ray.sweep.index import write_index
+    from hdcfl_ray.sweeps.index import write_index
 
     out = tmp_path / "sweep"
     runs = expand(plan_for(write_scenario(tiny_scenario()), out))
@@ -89,9 +89,9 @@ def test_sweep_command_writes_its_report(write_scenario, tmp_path):
 
 
 def test_a_sweep_whose_ray_cluster_dies_stops_and_stays_resumable(tmp_path, monkeypatch) -> None:
-    import hdcfl_ray.sweep.runner as runner
+    import hdcfl_ray.sweeps.runner as runner
     from hdcfl_ray.config.loading import build_scenario
-    from hdcfl_ray.sweep.grid import SweepRun
+    from hdcfl_ray.sweeps.grid import SweepRun
     from tests.conftest import tiny_scenario
 
     class DyingCluster:
@@ -170,7 +170,7 @@ def test_a_rerun_with_more_rounds_over_a_finished_sweep_stops_with_exit_2_and_li
 
 
 def test_a_killed_run_is_not_resumed_with_another_learning_rate(write_scenario, tmp_path):
-    from hdcfl_ray.sweep.changes import SettingsChangedError
+    from hdcfl_ray.sweeps.changes import SettingsChangedError
 
     path = write_scenario(tiny_scenario())
     out = tmp_path / "sw"
@@ -187,7 +187,7 @@ def test_a_killed_run_is_not_resumed_with_another_learning_rate(write_scenario, 
     "override", ["runtime.precision=bf16", "runtime.channels_last=true", "runtime.torch_threads=2", "runtime.num_cpus_per_actor=2"]
 )
 def test_a_runtime_key_that_changes_the_arithmetic_is_a_change(write_scenario, tmp_path, override):
-    from hdcfl_ray.sweep.changes import SettingsChangedError
+    from hdcfl_ray.sweeps.changes import SettingsChangedError
 
     path = write_scenario(tiny_scenario())
     out = tmp_path / "sw"
@@ -201,7 +201,7 @@ def test_a_runtime_key_that_changes_the_arithmetic_is_a_change(write_scenario, t
 
 def _rerun_over_finished_runs_skips_them_all(write_scenario, tmp_path, monkeypatch, *overrides: str) -> None:
     """Finished runs on disk, then a rerun with `overrides`: every run is skipped, none run."""
-    import hdcfl_ray.sweep.runner as runner
+    import hdcfl_ray.sweeps.runner as runner
 
     path = write_scenario(tiny_scenario())
     out = tmp_path / "sw"
@@ -232,7 +232,7 @@ def test_another_methods_settings_do_not_count_as_a_change_of_a_finished_run(wri
 
 
 def test_a_run_folder_whose_scenario_cannot_be_read_is_listed_as_changed(write_scenario, tmp_path):
-    from hdcfl_ray.sweep.changes import SettingsChangedError
+    from hdcfl_ray.sweeps.changes import SettingsChangedError
 
     path = write_scenario(tiny_scenario())
     out = tmp_path / "sw"
@@ -268,7 +268,7 @@ class _FakeCluster:
 
 
 def _record_runs(monkeypatch):
-    import hdcfl_ray.sweep.runner as runner
+    import hdcfl_ray.sweeps.runner as runner
 
     started: list[tuple[str, bool, bool]] = []
 

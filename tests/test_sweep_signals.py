@@ -82,7 +82,7 @@ def _assert_stopped_resumably(sweep: Sweep, code: int, name: str, output: str) -
 
 def _rerun_completes_to_the_uninterrupted_tables(sweep: Sweep, tmp_path: Path) -> None:
     from hdcfl_ray.runtime.driver import prepare_run, run_simulation
-    from hdcfl_ray.sweep.grid import SweepPlan, expand
+    from hdcfl_ray.sweeps.grid import SweepPlan, expand
 
     rerun = subprocess.run([*COMMAND, *sweep.args], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr

@@ -12,7 +12,7 @@ import torch
 
 from hdcfl_ray.config.schema import ModelConfig, OptimizerConfig
 from hdcfl_ray.models import build_split_model
-from hdcfl_ray.runtime.client.local_training import evaluate, train_locally
+from hdcfl_ray.training.local_training import evaluate, train_locally
 
 READS = ("__bool__", "__float__", "__int__", "item")
 

@@ -47,7 +47,7 @@ def main() -> int:
     from hdcfl_ray.config.loading import load_scenario
     from hdcfl_ray.models import build_split_model
     from hdcfl_ray.runtime.backends.local_host import local_host
-    from hdcfl_ray.runtime.client.local_training import client_generator, train_locally
+    from hdcfl_ray.training.local_training import client_generator, train_locally
     from hdcfl_ray.runtime.driver import prepare_run
 
     torch.set_num_threads(1)

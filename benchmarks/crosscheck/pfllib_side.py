@@ -150,7 +150,7 @@ def build_model(settings: dict[str, Any], init_path: Path, split: bool) -> nn.Mo
 
 def our_batch_generator(seed: int, client_id: int, round_index: int) -> torch.Generator:
     """hdcfl-ray's per-(seed, client, round) batch-order generator
-    (hdcfl_ray/runtime/client/local_training.py `client_generator`, which this venv cannot import)."""
+    (hdcfl_ray/training/local_training.py `client_generator`, which this venv cannot import)."""
     entropy = np.random.SeedSequence([seed, client_id, round_index, 0x7EA1]).generate_state(1)[0]
     generator = torch.Generator()
     generator.manual_seed(int(entropy))

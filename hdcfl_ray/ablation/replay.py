@@ -10,7 +10,7 @@ what training decides is absent): the cache holds each client's
 latest uploaded head, which is the head the client held at that round, and a
 client that never trained still holds the initial head. Nothing here redoes
 what the run does: the refresh (hdcfl/refresh.py), the scoring of a client
-(algorithms/shared_encoder_scores.py) and the table rows (logs/round_rows.py)
+(algorithms/shared_encoder_scores.py) and the table rows (runtime/round_rows.py)
 are the run's own functions."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 from hdcfl_ray.logs.manifest import update_manifest, write_manifest
 from hdcfl_ray.portable.machine import arithmetic_facts
 from hdcfl_ray.logs.refresh_cache import SavedRefresh, read_refresh_caches
-from hdcfl_ray.logs.round_rows import client_row, refresh_row, replayed_round_row
+from hdcfl_ray.runtime.round_rows import client_row, refresh_row, replayed_round_row
 from hdcfl_ray.logs.table_writer import TableWriter
 from hdcfl_ray.runtime.client.client_host import ClientHost
 from hdcfl_ray.runtime.initial_model import initial_parameters

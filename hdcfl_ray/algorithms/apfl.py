@@ -95,7 +95,7 @@ class APFL(FedAvg):
         from torch import nn
         from torch.func import functional_call
 
-        from hdcfl_ray.runtime.client.local_training import DeviceTally
+        from hdcfl_ray.training.tally import DeviceTally
 
         model = nn.Sequential(ctx.model.encoder, ctx.model.head)
         ctx.load(state.personal)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average_model
+from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.contract import ClientContext, ModelParams, Upload
 
 # Key under which a clustered method's client uploads its trained full model.

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import weighted_average_model
+from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedala_weights import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload

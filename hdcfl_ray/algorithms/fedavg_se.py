@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
 from hdcfl_ray.algorithms.shared_encoder_scores import shared_encoder_scores

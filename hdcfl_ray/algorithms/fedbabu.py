@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, OptimizerConfig, RoundNotes, RunInfo, Section, Upload
 

@@ -69,7 +69,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import weighted_average, weighted_average_model
+from hdcfl_ray.maths.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
@@ -297,7 +297,7 @@ class FedCE(AlgorithmDefaults):
         return upload, FedCEClient(mixing=mixing)
 
     def evaluate(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
-        from hdcfl_ray.runtime.client.client_context import stats_from_probabilities  # imports torch: client side only
+        from hdcfl_ray.training.scores import stats_from_probabilities  # imports torch: client side only
 
         models = models_from_objects(objects, self.count)
         _, mixing = self.e_step(ctx, state, models)

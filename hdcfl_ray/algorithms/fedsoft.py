@@ -49,7 +49,7 @@ import numpy as np
 from pydantic import Field
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.aggregate import weighted_average_model
+from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights

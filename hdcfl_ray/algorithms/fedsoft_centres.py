@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average_model
+from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.contract import ModelParams
 
 

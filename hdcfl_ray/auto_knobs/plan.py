@@ -22,7 +22,7 @@ from hdcfl_ray.errors import ScenarioError
 
 ROUNDS_SHARE = 0.4  # of protocol.rounds, rounded up
 MIN_ROUNDS = 3  # fewer leaves the clustered methods no round after forming their groups
-VALIDATION_FRACTION = 0.2  # hdcfl-ray calibrate's default (hdcfl_ray/sweep/calibration.py)
+VALIDATION_FRACTION = 0.2  # hdcfl-ray calibrate's default (hdcfl_ray/sweeps/calibration.py)
 
 
 @dataclass(frozen=True)

@@ -137,11 +137,20 @@ def _hashable(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _is_object_ref(value: Any) -> bool:
-    """A Ray ObjectRef, or the local backend's in-process one (a host thread's result)."""
-    from hdcfl_ray.runtime.server.thread_transport import FutureValue
+# the in-process stand-ins for ObjectRefs a backend hands out (the local backend's
+# host-thread results), registered by the runtime that defines them: the codec stays
+# below the runtime and imports none of its types
+IN_PROCESS_REFS: list[type] = []
 
-    if isinstance(value, FutureValue):
+
+def register_in_process_ref(kind: type) -> None:
+    if kind not in IN_PROCESS_REFS:
+        IN_PROCESS_REFS.append(kind)
+
+
+def _is_object_ref(value: Any) -> bool:
+    """A Ray ObjectRef, or a backend's in-process one (a host thread's result)."""
+    if isinstance(value, tuple(IN_PROCESS_REFS)):
         return True
     ray = sys.modules.get("ray")  # no ObjectRef exists in a process that never imported Ray
     return ray is not None and isinstance(value, ray.ObjectRef)

@@ -1,5 +1,5 @@
 """Which scenario keys may differ between a run and its rerun: the one definition of
-"safe to change", for sweep reruns (hdcfl_ray/sweep/changes.py), `simulate --resume`
+"safe to change", for sweep reruns (hdcfl_ray/sweeps/changes.py), `simulate --resume`
 (a resume compares the scenario on disk, and its --set keys, with the one the run
 recorded when it started) and the settings reports group runs by
 (hdcfl_ray/config/fingerprint.py)."""
@@ -71,8 +71,8 @@ def comparable(scenario: Scenario) -> dict[str, Any]:
     """A scenario's keys, flat, as compared between a run and its rerun or resume: only
     the running method's own section, and the two arithmetic keys that are compared as
     resolved (see ARITHMETIC_KEYS) replaced by what they resolve to."""
-    from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
-    from hdcfl_ray.runtime.server.settings import trains_batched
+    from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
+    from hdcfl_ray.config.runtime_resolved import trains_batched
 
     flat = flatten(own_sections(scenario.model_dump(mode="json")))
     flat["runtime.torch_threads"] = torch_threads_per_host(scenario.runtime)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hdcfl_ray.algorithms.aggregate import weighted_average
+from hdcfl_ray.maths.aggregate import weighted_average
 
 
 def group_prototypes(

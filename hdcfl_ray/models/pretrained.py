@@ -7,14 +7,16 @@ scenario error with the fix in the message.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.config.schema import ModelConfig, Scenario
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.models.encoders import build_encoder
 from hdcfl_ray.models.seeded_rng import global_cpu_rng
@@ -150,3 +152,55 @@ def _preview(keys: Iterable[object]) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+# sources whose training split depends on the run seed (generated images, or a test split drawn from the seed)
+SEEDED_SOURCES = ("digits", "synthetic", "image_folder")
+
+
+def pretrain_record(path: str) -> dict[str, Any] | None:
+    """The `pretrain` record of a weights file written by `pretrain` (None for other files)."""
+    import torch
+
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # unreadable files are check_pretrained's to report
+        return None
+    record = content.get("pretrain") if isinstance(content, dict) else None
+    return dict(record) if isinstance(record, dict) else None
+
+
+def initialisation_facts(scenario: Scenario) -> dict[str, Any]:
+    """Where the run's initial encoder came from, for the manifest."""
+    path = scenario.model.pretrained
+    if path is None:
+        return {"encoder": "seeded", "seed": scenario.seed}
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return {"encoder": "pretrained", "file": str(Path(path).resolve()), "sha256": digest, "pretrain": pretrain_record(path)}
+
+
+def check_pool_held_out(scenario: Scenario) -> None:
+    """A run from pretrained weights must hold out the pool they were trained on, or its
+    clients would train (and be scored) on images the encoder has already seen."""
+    path = scenario.model.pretrained
+    record = pretrain_record(path) if path is not None else None
+    if record is None or record.get("dataset") != scenario.dataset.name:
+        return
+    wanted = {"pretrain_pool": float(record["pretrain_pool"]), "pretrain_pool_seed": int(record["pretrain_pool_seed"])}
+    have = {"pretrain_pool": float(scenario.dataset.pretrain_pool or 0.0), "pretrain_pool_seed": int(scenario.dataset.pretrain_pool_seed)}
+    if have != wanted:
+        pool = "null" if scenario.dataset.pretrain_pool is None else f"{scenario.dataset.pretrain_pool:g}"
+        raise ScenarioError(
+            f"model.pretrained: '{path}' was pretrained on a pool of {record['pool_images']} {record['dataset']} training images "
+            f"(dataset.pretrain_pool: {wanted['pretrain_pool']:g}, dataset.pretrain_pool_seed: {wanted['pretrain_pool_seed']}); "
+            f"this scenario has dataset.pretrain_pool: {pool}, dataset.pretrain_pool_seed: "
+            f"{scenario.dataset.pretrain_pool_seed}, so its clients would hold images the encoder was trained on. "
+            "Set the same two values as the pretraining scenario"
+        )
+    if scenario.dataset.name in SEEDED_SOURCES and int(record["seed"]) != scenario.seed:
+        raise ScenarioError(
+            f"model.pretrained: '{path}' was pretrained at seed {record['seed']}, and {scenario.dataset.name} draws its "
+            f"images or its test split from the run seed, so the pool of seed {record['seed']} is not held out at seed "
+            f"{scenario.seed}. Pretrain once per seed (hdcfl-ray pretrain ... --set seed={scenario.seed}), or use a source "
+            "with its own test split (cifar10, cifar100, parquet_images)"
+        )

@@ -20,7 +20,7 @@ from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import ScenarioError, failure_text
 from hdcfl_ray.durable_files import write_text_durably
 from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest, write_manifest
-from hdcfl_ray.logs.round_rows import RoundRowBuilder
+from hdcfl_ray.runtime.round_rows import RoundRowBuilder
 from hdcfl_ray.checkpoint.store import Checkpoint, CheckpointSearch, DamagedCheckpoint, find_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after, verify_parts
@@ -103,7 +103,7 @@ def check_resume_settings(run_dir: Path, scenario: Scenario, manifest: dict[str,
     at its start in a key that is not safe to change, naming every such key: rounds
     of two settings must never end up in one run. A run with no record (written by
     an older version) is not checked."""
-    from hdcfl_ray.sweep.changes import setting_changes
+    from hdcfl_ray.config.setting_changes import setting_changes
 
     started_with = _recorded_scenario(run_dir, manifest, checkpoint_document)
     if started_with is None:
@@ -299,7 +299,7 @@ def _resumed_layout(
         return None
     from hdcfl_ray.runtime.backends.placement import assign_clients
     from hdcfl_ray.runtime.host_layout import check_resumed_layout, layout_record
-    from hdcfl_ray.runtime.server.settings import trains_batched
+    from hdcfl_ray.config.runtime_resolved import trains_batched
 
     scenario = prepared.scenario
     planned = layout_record(assign_clients(prepared.partition.num_clients, num_hosts), trains_batched(scenario.runtime))
@@ -409,7 +409,7 @@ def _run_with(
             update_manifest(run_dir, **{LAYOUT_CHANGES: [*(read_manifest(run_dir) or {}).get(LAYOUT_CHANGES, []), layout_change]})
     else:  # a new run, or a resumed one whose manifest was deleted (it was damaged): write it anew
         from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint, pinned_elsewhere
-        from hdcfl_ray.pretraining import initialisation_facts
+        from hdcfl_ray.models.pretrained import initialisation_facts
 
         extra: dict[str, Any] = {
             "status": "running",
@@ -468,7 +468,7 @@ def _run_rounds(
     started: float,
 ) -> RunSummary:
     from hdcfl_ray.runtime.host_layout import layout_record
-    from hdcfl_ray.runtime.server.settings import trains_batched
+    from hdcfl_ray.config.runtime_resolved import trains_batched
 
     scenario = prepared.scenario
     update_manifest(

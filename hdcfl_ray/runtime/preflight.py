@@ -52,11 +52,11 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     exists or Ray starts (`validate` is this function).
     `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
-    from hdcfl_ray.config.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
+    from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
     from hdcfl_ray.data.partitions.checks import test_size_notices
     from hdcfl_ray.models.pretrained import check_pretrained
-    from hdcfl_ray.pretraining import check_pool_held_out
+    from hdcfl_ray.models.pretrained import check_pool_held_out
     from hdcfl_ray.runtime.server.virtual_clock import check_trace
 
     notices = check_runtime(scenario.runtime, scenario.partition.num_clients)

@@ -76,7 +76,7 @@ class LiveView:
 
     def _print_layout(self, scenario: Scenario, num_hosts: int) -> None:
         """Where the clients train: a batched run's participants on a host train as one model."""
-        from hdcfl_ray.runtime.server.settings import trains_batched
+        from hdcfl_ray.config.runtime_resolved import trains_batched
 
         if not trains_batched(scenario.runtime):
             return

@@ -56,7 +56,7 @@ def decode_images(sources: Sequence[ImageSource], describe: Callable[[int], str]
 
 def _check_memory(count: int, height: int, width: int, channels: int, first: str) -> None:
     """The decoded array must fit in this machine's memory: refuse before allocating it."""
-    from hdcfl_ray.config.machine_checks import machine_memory_bytes
+    from hdcfl_ray.host_memory import machine_memory_bytes
 
     needed = count * height * width * channels
     memory = machine_memory_bytes()

@@ -55,7 +55,7 @@ class LocalBackend:
         return [host.hardware() for host in self.run.hosts]
 
     def describe(self) -> dict[str, Any]:
-        from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+        from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
 
         threads = torch_threads_per_host(self.host_runtime)
         return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": threads}

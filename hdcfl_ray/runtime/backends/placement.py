@@ -49,7 +49,7 @@ def local_host_devices(runtime: RuntimeConfig, num_clients: int, cuda_devices: i
     train as one batched model. Never more hosts than clients, nor than
     `runtime.max_actors`. `cuda_devices` is the visible GPUs (default: torch's count)."""
     from hdcfl_ray.runtime.backends.choice import local_cpus
-    from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+    from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
 
     share = runtime.num_gpus_per_actor
     if share <= 0:

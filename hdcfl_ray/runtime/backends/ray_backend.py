@@ -36,7 +36,7 @@ from hdcfl_ray.runtime.backends.actors import AsyncServerActor, ServerActor
 from hdcfl_ray.runtime.backends.choice import Backend
 from hdcfl_ray.runtime.backends.host_spec import HostSpec
 from hdcfl_ray.runtime.backends.placement import assign_clients, count_hosts
-from hdcfl_ray.runtime.client.client_host import torch_threads_per_host
+from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
 from hdcfl_ray.runtime.initial_model import independent_initialisations, initial_parameters
 from hdcfl_ray.runtime.interrupts import raise_if_received, received
 from hdcfl_ray.runtime.server.messages import StoreRef

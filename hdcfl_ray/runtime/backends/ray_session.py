@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import ray
 
-from hdcfl_ray.config.machine_checks import Capacity, check_actor_capacity, check_cluster_reachable, is_loopback_host
+from hdcfl_ray.runtime.machine_checks import Capacity, check_actor_capacity, check_cluster_reachable, is_loopback_host
 from hdcfl_ray.config.schema import RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
 

@@ -34,8 +34,8 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from hdcfl_ray.contract import OptimizerConfig, ProximalPull, TrainStats
 from hdcfl_ray.models import SplitModel
-from hdcfl_ray.runtime.client.local_training import MomentumSGD, train_locally
-from hdcfl_ray.runtime.client.precision import active_half_precision, outside_autocast
+from hdcfl_ray.training.local_training import MomentumSGD, train_locally
+from hdcfl_ray.training.precision import active_half_precision, outside_autocast
 
 
 @dataclass

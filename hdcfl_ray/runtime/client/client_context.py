@@ -17,7 +17,7 @@ from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
 from hdcfl_ray.runtime.client.batched_training import TrainRequest, batchable, train_alone
-from hdcfl_ray.runtime.client.local_training import check_sample_weights, evaluate, restricted_predictions
+from hdcfl_ray.training.local_training import check_sample_weights, evaluate
 
 if TYPE_CHECKING:
     from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch, PendingScore
@@ -200,17 +200,3 @@ class HostClientContext:
         self.model.head.eval()
         parts = [self.model.head(self.model.encoder(inputs[start : start + batch_size])) for start in range(0, int(inputs.shape[0]), batch_size)]
         return torch.cat(parts).float()  # float32 even under a half-precision autocast
-
-
-def stats_from_probabilities(probabilities: torch.Tensor, labels: torch.Tensor, own_classes: torch.Tensor | None = None) -> EvalStats:
-    """Accuracy and NLL of predicted class probabilities (an ensemble's output); with
-    `own_classes` also the accuracy restricted to those classes."""
-    num_samples = int(labels.shape[0])
-    if num_samples == 0:
-        return EvalStats(accuracy=float("nan"), loss=float("nan"), num_samples=0)
-    picked = probabilities[torch.arange(num_samples, device=labels.device), labels].clamp_min(1e-12)
-    accuracy = float((probabilities.argmax(dim=1) == labels).float().mean())
-    own = float("nan")
-    if own_classes is not None:
-        own = float((restricted_predictions(probabilities, own_classes) == labels).float().mean())
-    return EvalStats(accuracy=accuracy, loss=float(-picked.log().mean()), num_samples=num_samples, accuracy_own_classes=own)

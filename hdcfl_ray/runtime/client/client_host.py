@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping
 
 import numpy as np
 
-from hdcfl_ray.config.schema import RuntimeConfig, Scenario
+from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
+from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import ClientTask, Method, ModelParams
 from hdcfl_ray.errors import failure_text
 from hdcfl_ray.runtime.server.payload_bytes import payload_bytes
@@ -35,17 +36,6 @@ if TYPE_CHECKING:
 # torch and everything built on it are imported inside the methods: Ray imports this
 # module in every process that holds a host's actor handle (the server actor too),
 # and the server must not pay torch's start-up time and memory for that.
-
-
-def torch_threads_per_host(runtime: RuntimeConfig) -> int:
-    """The torch threads a host trains with: `runtime.torch_threads`, or its CPU share
-    (at least one). Results are bit-identical only between hosts with the same count
-    (the manifest records it)."""
-    if runtime.portable:  # one thread: its sums do not depend on the machine's cores (docs/same-results.md)
-        return 1
-    if runtime.torch_threads != "auto":
-        return int(runtime.torch_threads)
-    return max(1, int(runtime.num_cpus_per_actor))
 
 
 def _resolve(value: Any) -> Any:
@@ -110,7 +100,7 @@ class ClientHost:
 
         from hdcfl_ray.models import FlatIndex, build_split_model
         from hdcfl_ray.runtime.client.device import choose_device, configure_cuda, granted_gpu_ids
-        from hdcfl_ray.runtime.client.precision import resolve_precision
+        from hdcfl_ray.training.precision import resolve_precision
         from hdcfl_ray.runtime.client.tensor_cache import TensorCache
 
         if scenario.runtime.portable:  # before anything computes; a Ray host started pinned, a local one in the pinned driver
@@ -170,7 +160,7 @@ class ClientHost:
 
     def _precision_scope(self) -> ContextManager[None]:
         """The hooks' forward passes at `runtime.precision` (autocast; nothing for fp32)."""
-        from hdcfl_ray.runtime.client.precision import autocast
+        from hdcfl_ray.training.precision import autocast
 
         return autocast(self.precision, self.device)
 
@@ -276,7 +266,7 @@ class ClientHost:
     ) -> HostClientContext:
         from hdcfl_ray.data.transforms import shift_uint8
         from hdcfl_ray.runtime.client.client_context import HostClientContext
-        from hdcfl_ray.runtime.client.local_training import client_generator
+        from hdcfl_ray.training.local_training import client_generator
 
         client = self.clients[client_id]
         seed = self.scenario.seed

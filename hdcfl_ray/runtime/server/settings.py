@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from hdcfl_ray.config.runtime_resolved import trains_batched
 from hdcfl_ray.config.schema import ProtocolConfig
 from hdcfl_ray.runtime.server.sampling import evaluation_sample
 from hdcfl_ray.runtime.server.virtual_clock import ClientProfile, client_profiles
@@ -70,11 +71,3 @@ def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
         eval_client_ids=evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed),
         batched_training=trains_batched(scenario.runtime),
     )
-
-
-def trains_batched(runtime: Any) -> bool:
-    """`runtime.batched_training` resolved: `auto` is on exactly when the hosts train on
-    CUDA, which they do exactly when they are given a GPU share (runtime/client/device.py)."""
-    if runtime.batched_training == "auto":
-        return runtime.num_gpus_per_actor > 0
-    return bool(runtime.batched_training)

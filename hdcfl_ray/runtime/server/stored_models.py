@@ -4,7 +4,7 @@ access, never held.
 On Ray an update's arrays stay in the object store under the server's ref until
 a method reads them; `ray.get` maps them without a copy and the mapping is
 dropped again once the method's fold moves on, so the store may spill the rest
-of the round to disk. Read through `algorithms.aggregate.LazyColumn`, a round of
+of the round to disk. Read through `maths.aggregate.LazyColumn`, a round of
 a thousand ResNet-sized uploads is averaged with one upload in the server's
 memory at a time. In one process (`InProcessTransport`) a read is the object itself.
 """

@@ -19,6 +19,8 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any
 
+from hdcfl_ray.checkpoint.codec import register_in_process_ref
+
 
 class FutureValue:
     """One of the three values (models, meta, state) of a training future: the
@@ -88,3 +90,6 @@ class ThreadedTransport:
         for worker in self._workers.values():
             worker.shutdown(wait=True, cancel_futures=True)
         self._workers.clear()
+
+
+register_in_process_ref(FutureValue)  # a checkpoint holds these as it holds ObjectRefs

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.aggregate import weighted_average_model
+from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.contract import MethodSpec, ModelParams, RoundNotes, Section, Upload
 

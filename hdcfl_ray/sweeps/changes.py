@@ -6,12 +6,10 @@ when the user asks, and their old folders are moved aside, not deleted."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from hdcfl_ray.config.loading import build_scenario, read_scenario_file
 from hdcfl_ray.config.safe_keys import (  # noqa: F401  (re-exported: the names callers know)
@@ -24,27 +22,15 @@ from hdcfl_ray.config.safe_keys import (  # noqa: F401  (re-exported: the names 
     own_sections,
     safe_keys_text,
 )
-from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.config.schema import Scenario  # noqa: F401
+from hdcfl_ray.config.setting_changes import SettingChange, setting_changes  # noqa: F401  (re-exported for the sweep's callers)
 from hdcfl_ray.errors import ScenarioError
-from hdcfl_ray.sweep.grid import SweepRun
+from hdcfl_ray.sweeps.grid import SweepRun
 
 # What may differ between a run and its rerun is defined once, beside the schema
 # (hdcfl_ray/config/safe_keys.py), for sweep reruns, `simulate --resume` and the
 # settings reports group runs by; the names stay importable from here.
 REPLACE_OPTION = "--replace-changed"
-
-_ABSENT = object()
-
-
-@dataclass(frozen=True)
-class SettingChange:
-    key: str  # dotted path, e.g. protocol.optimizer.lr
-    old: Any
-    new: Any
-
-    def describe(self) -> str:
-        return f"{self.key}: {_show(self.old)} -> {_show(self.new)}"
-
 
 @dataclass(frozen=True)
 class ChangedRun:
@@ -63,19 +49,6 @@ class ChangedRun:
 
 class SettingsChangedError(ScenarioError):
     """Runs on disk were made with other settings than the rerun asks for."""
-
-
-def setting_changes(on_disk: Scenario, wanted: Scenario) -> list[SettingChange]:
-    """The keys whose resolved values differ, except those that may differ on a rerun
-    and the sections of methods the run does not use."""
-    old = comparable(on_disk)
-    new = comparable(wanted)
-    changes = []
-    for key in sorted(set(old) | set(new)):
-        before, after = old.get(key, _ABSENT), new.get(key, _ABSENT)
-        if before != after and not may_differ(key):
-            changes.append(SettingChange(key, before, after))
-    return changes
 
 
 def changed_runs(runs: list[SweepRun], statuses: dict[str, str]) -> list[ChangedRun]:
@@ -137,9 +110,3 @@ def move_aside(changed: list[ChangedRun], out: Path) -> dict[str, Path]:
         shutil.move(str(item.run.run_dir), str(destination))
         moved[item.run.key] = destination
     return moved
-
-
-def _show(value: Any) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    return json.dumps(value)

@@ -10,7 +10,9 @@ from torch import nn
 from hdcfl_ray import seeding
 from hdcfl_ray.contract import EvalStats, OptimizerConfig, TrainStats
 from hdcfl_ray.models import SplitModel
-from hdcfl_ray.runtime.client.precision import LossScaler, active_half_precision, outside_autocast
+from hdcfl_ray.training.precision import LossScaler, active_half_precision, outside_autocast
+from hdcfl_ray.training.scores import restricted_predictions, stats_from_probabilities  # noqa: F401  (re-exported)
+from hdcfl_ray.training.tally import DeviceTally  # noqa: F401  (re-exported: the loop's own tally)
 
 
 class MomentumSGD:
@@ -67,34 +69,6 @@ def make_optimizer(parameters: list[nn.Parameter], config: OptimizerConfig) -> M
     # CUDA: one fused kernel for the whole step; CPU keeps torch's default (other bits than fused)
     fused = True if parameters and parameters[0].device.type == "cuda" else None
     return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=fused)
-
-
-class DeviceTally:
-    """A loop's loss sum and non-finite flag, kept on the device so a training or
-    scoring loop never waits for the GPU; read once at the end (`read`).
-
-    The sum is float64, as the Python float it replaces was, so CPU results are
-    the same bits as summing `float(loss) * n` on the host."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        self.finite = torch.ones((), dtype=torch.bool, device=device)
-
-    def add(self, loss: torch.Tensor, count: int) -> None:
-        """`loss` is a batch mean over `count` samples (or, with count 1, a sum)."""
-        loss = loss.detach()
-        self.finite &= torch.isfinite(loss)
-        self.loss_sum += loss.double() * count
-
-    def note_finite(self, loss: torch.Tensor) -> None:
-        """Only the flag: a loss that must be finite but is not summed."""
-        self.finite &= torch.isfinite(loss.detach())
-
-    def all_finite(self) -> bool:
-        return bool(self.finite)  # one host-device sync
-
-    def total(self) -> float:
-        return float(self.loss_sum)
 
 
 def check_sample_weights(sample_weights: torch.Tensor | None, inputs: torch.Tensor) -> None:
@@ -185,14 +159,6 @@ def train_locally(
         parameter.requires_grad_(True)
     mean_loss = float("nan") if nonfinite or not seen else tally.total() / seen
     return TrainStats(mean_loss=mean_loss, num_samples=num_samples, steps=steps, nonfinite=nonfinite, samples_processed=seen)
-
-
-def restricted_predictions(scores: torch.Tensor, own_classes: torch.Tensor) -> torch.Tensor:
-    """argmax over the client's own training classes only (logits or probabilities):
-    what a shared head's prediction is worth once the label prior of the client is known."""
-    masked = torch.full_like(scores, float("-inf"))
-    masked[:, own_classes] = scores[:, own_classes]
-    return masked.argmax(dim=1)
 
 
 @torch.no_grad()

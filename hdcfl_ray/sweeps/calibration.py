@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hdcfl_ray.config.loading import apply_overrides, read_scenario_file
 from hdcfl_ray.errors import ScenarioError
-from hdcfl_ray.sweep.grid import SweepPlan, SweepRun, expand
+from hdcfl_ray.sweeps.grid import SweepPlan, SweepRun, expand
 
 _UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
 # a fifth of each client's training images: enough to rank values, little enough to train on

@@ -22,9 +22,9 @@ from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest
 from hdcfl_ray.runtime.backends.ray_session import RaySession
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.runtime.interrupts import received
-from hdcfl_ray.sweep.changes import SettingsChangedError, changed_runs, move_aside, settings_changed_message
-from hdcfl_ray.sweep.grid import SweepRun
-from hdcfl_ray.sweep.index import is_unstarted, run_status, write_index
+from hdcfl_ray.sweeps.changes import SettingsChangedError, changed_runs, move_aside, settings_changed_message
+from hdcfl_ray.sweeps.grid import SweepRun
+from hdcfl_ray.sweeps.index import is_unstarted, run_status, write_index
 from hdcfl_ray.terminal.live_view import QuietObserver
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from hdcfl_ray.durable_files import write_text_durably
 from hdcfl_ray.logs.manifest import read_manifest
-from hdcfl_ray.sweep.grid import SweepRun
+from hdcfl_ray.sweeps.grid import SweepRun
 
 # What a run folder holds before its run has computed anything: the resolved scenario.
 _UNSTARTED_FILES = frozenset({"scenario.yaml", ".scenario.yaml.tmp", ".lock"})

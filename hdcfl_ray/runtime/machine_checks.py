@@ -25,6 +25,7 @@ from typing import Literal
 
 from hdcfl_ray.config.schema import AlgorithmConfig, DatasetConfig, ModelConfig, RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.host_memory import machine_memory_bytes
 
 # Ray keeps resource quantities to four decimals; a smaller share is refused by Ray itself.
 RESOURCE_PRECISION = 1e-4
@@ -50,13 +51,6 @@ class Capacity:
     cpus: float
     gpus: float
     where: str
-
-
-def machine_memory_bytes() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):  # not a POSIX system: no memory checks
-        return None
 
 
 def check_runtime(runtime: RuntimeConfig, num_clients: int) -> list[str]:
@@ -121,7 +115,7 @@ def _check_local_backend(runtime: RuntimeConfig) -> list[str]:
         from hdcfl_ray.runtime.client.device import choose_device
 
         choose_device(runtime)
-        from hdcfl_ray.runtime.server.settings import trains_batched
+        from hdcfl_ray.config.runtime_resolved import trains_batched
 
         share = runtime.num_gpus_per_actor
         if share < 1 and trains_batched(runtime):
