@@ -1,4 +1,4 @@
-"""The cross-check export (benchmarks/crosscheck/export_split.py) hands the reference exactly
+"""The cross-check export (studies/crosscheck/export_split.py) hands the reference exactly
 what our clients train and are scored on. No reference code is needed."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hdcfl_ray.runtime.initial_model import independent_initialisations
 from tests.conftest import tiny_scenario
 from tests.script_modules import REPOSITORY, load_script
 
-CROSSCHECK = REPOSITORY / "benchmarks" / "crosscheck"
+CROSSCHECK = REPOSITORY / "studies" / "crosscheck"
 
 
 def _module(name: str):

@@ -1,6 +1,6 @@
 """The paired mode of the cross-check (docs/cross-check.md) hands the reference our batches,
 our batch order per phase and our server average. These check, without any reference code,
-that the adapter's pieces reproduce ours bit for bit: benchmarks/crosscheck/pfllib_side.py,
+that the adapter's pieces reproduce ours bit for bit: studies/crosscheck/pfllib_side.py,
 ifca_side.py and run.py import only torch and numpy (and our own code) at module level."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hdcfl_ray.models import flatten_module
 from hdcfl_ray.training.local_training import client_generator
 from tests.script_modules import REPOSITORY, load_script
 
-CROSSCHECK = REPOSITORY / "benchmarks" / "crosscheck"
+CROSSCHECK = REPOSITORY / "studies" / "crosscheck"
 
 
 def _module(name: str):

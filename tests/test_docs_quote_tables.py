@@ -18,7 +18,7 @@ A dated record that no command can regenerate (a before/after comparison across 
 code change, replays of runs no longer on disk) sits between
 `<!-- record: WHAT, WHEN, WHY NOT GENERATED -->` and `<!-- end record -->`; its pairs
 are not checked, the reason must be given, and the page says so in its text. The generated files themselves
-(`hdcfl-ray report`, `hdcfl-ray calibrate --report`, benchmarks/crosscheck/run.py
+(`hdcfl-ray report`, `hdcfl-ray calibrate --report`, studies/crosscheck/run.py
 --table) are the sources and are not checked against anything."""
 
 from __future__ import annotations

@@ -52,8 +52,3 @@ def shift_uint8(images: np.ndarray, shift: float | Shift = 0.0, seed: int = 0) -
     batch = torch.from_numpy(images.astype(np.float32)).permute(0, 3, 1, 2).contiguous()
     shifted = apply_shift(batch, shift, seed).round_().clamp_(0, 255).to(torch.uint8)
     return shifted.permute(0, 2, 3, 1).contiguous().numpy()
-
-
-def rotate_uint8(images: np.ndarray, rotation_degrees: float = 0.0) -> np.ndarray:
-    """`shift_uint8` with a rotation in degrees."""
-    return shift_uint8(images, Shift("rotation", float(rotation_degrees)))

@@ -34,7 +34,3 @@ class TensorCache:
         self._entries[key] = value
         self._bytes += size
         return value
-
-    @property
-    def size_bytes(self) -> int:
-        return self._bytes

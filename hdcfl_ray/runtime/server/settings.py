@@ -50,11 +50,6 @@ class ServerSettings:
         return chosen[keep].tolist()
 
     @property
-    def eval_sampled(self) -> bool:
-        """Whether evaluation scores a sample rather than every client."""
-        return len(self.eval_client_ids) < self.num_clients
-
-    @property
     def rounds(self) -> int:
         return self.protocol.rounds
 

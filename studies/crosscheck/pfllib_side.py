@@ -3,7 +3,7 @@
 Runs in the reference's own venv (torch, numpy, scikit-learn, h5py, matplotlib),
 never in the project's; run.py calls it:
 
-    REF_PYTHON benchmarks/crosscheck/pfllib_side.py --pfllib PFLLIB/system --root ROOT \
+    REF_PYTHON studies/crosscheck/pfllib_side.py --pfllib PFLLIB/system --root ROOT \
         --method fedavg --out RESULT.json
 
 The reference's server and client classes run unchanged, through their own

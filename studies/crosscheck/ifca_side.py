@@ -3,7 +3,7 @@ export_split.py and write its per-client, per-round accuracies, losses and clust
 
 Runs in the reference's own venv (torch, torchvision, numpy); run_ifca.py calls it:
 
-    REF_PYTHON benchmarks/crosscheck/ifca_side.py --ifca IFCA/mnist --root ROOT --out RESULT.json [--paired]
+    REF_PYTHON studies/crosscheck/ifca_side.py --ifca IFCA/mnist --root ROOT --out RESULT.json [--paired]
 
 The reference's `TrainMNISTCluster.run()` loop runs unchanged: each round it scores every
 cluster model on every client's training data and assigns the client to the lowest

@@ -1,6 +1,6 @@
 """One local update two ways, on the same batches: where our and PFLlib's arithmetic part.
 
-    python benchmarks/crosscheck/one_update.py --root runs/crosscheck/pfllib-seed42 [--clients 0,1,2,3]
+    python studies/crosscheck/one_update.py --root runs/crosscheck/pfllib-seed42 [--clients 0,1,2,3]
 
 Runs in the project's venv and needs no reference code. For each client it
 starts from the seeded initial model and trains one round (the scenario's

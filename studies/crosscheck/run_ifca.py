@@ -1,6 +1,6 @@
 """Cross-check our IFCA against the IFCA authors' code (jichan3751/ifca) on one small split (docs/cross-check.md).
 
-    python benchmarks/crosscheck/run_ifca.py --ifca IFCA/mnist --ref-python REF_VENV/bin/python \
+    python studies/crosscheck/run_ifca.py --ifca IFCA/mnist --ref-python REF_VENV/bin/python \
         [--seeds 42,123,2026] [--paired [--paired-rounds 3]] [--work runs/crosscheck-ifca] [--table FILE]
 
 The setting is scenarios/quickstart.yaml with IFCA_SETTINGS on top (both sides): the
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import table_provenance  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._common import table_provenance  # noqa: E402
 from export_split import export  # noqa: E402
 from run import REPO_ROOT, agreement_band, clean_env, mean_std, our_client_values_by_round, our_final, our_run  # noqa: E402
 

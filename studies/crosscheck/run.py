@@ -1,6 +1,6 @@
 """Cross-check hdcfl-ray's baselines against PFLlib on one split, seed by seed (docs/cross-check.md).
 
-    python benchmarks/crosscheck/run.py --pfllib PFLLIB/system --ref-python REF_VENV/bin/python \
+    python studies/crosscheck/run.py --pfllib PFLLIB/system --ref-python REF_VENV/bin/python \
         [--scenario scenarios/quickstart.yaml] [--methods fedavg,fedavg_se,fedbabu,fedala,local,...] \
         [--seeds 42,123,2026] [--set KEY=VALUE]... [--work runs/crosscheck] [--table FILE] \
         [--batch-order reference|ours] [--paired [--paired-rounds 3]]
@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import table_provenance  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._common import table_provenance  # noqa: E402
 from export_split import export  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
