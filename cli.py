@@ -158,9 +158,16 @@ def validate(
     dataset = prepared.dataset
     print(
         f"{scenario_file}: valid. {scenario.algorithm.name} on {dataset.name} "
-        f"({dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images, {dataset.num_classes} classes), "
+        f"({dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test {dataset.sample_noun}, {dataset.num_classes} classes), "
         f"{scenario.partition.num_clients} clients ({scenario.partition.kind}), {scenario.protocol.rounds} rounds."
     )
+    if dataset.has_ids:  # a natural partition: how the ids and samples fall over the clients
+        sizes = sorted(client.num_train for client in prepared.partition.clients)
+        print(
+            f"  ids ({scenario.partition.partition_by}): {len(dataset.id_names)} in the data, "
+            f"{scenario.partition.num_clients * scenario.partition.ids_per_client} held by the clients; training "
+            f"{dataset.sample_noun} per client: min {sizes[0]}, median {sizes[len(sizes) // 2]}, max {sizes[-1]}"
+        )
     from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint
 
     # what `chosen_for` holds for a knob value chosen on this setting
@@ -272,7 +279,8 @@ def _simulate(
     if not quiet:
         dataset = prepared.dataset
         Console().print(
-            f"[dim]{dataset.name}: {dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test images; "
+            f"[dim]{dataset.name}: {dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test "
+            f"{dataset.sample_noun}; "
             f"starting the client hosts ...[/]",
             highlight=False,
         )

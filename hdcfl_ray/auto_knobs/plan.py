@@ -189,13 +189,13 @@ def candidate_scenario(scenario: Scenario, plan: AutoPlan, values: dict[str, Aut
 def check_validation_split(scenario: Scenario, plan: AutoPlan, dataset: Any) -> None:
     """Stop (ScenarioError) before anything runs when the candidates cannot hold out
     their share of each client's training images (a client with too few)."""
-    from hdcfl_ray.data.partitions import build_partition
+    from hdcfl_ray.data.partitions import partition_dataset
 
     if scenario.partition.validation_fraction is not None:
         return  # the run holds out its own share, checked when its partition was built
     config = scenario.partition.model_copy(update={"validation_fraction": plan.validation_fraction})
     try:
-        build_partition(config, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed)
+        partition_dataset(config, dataset, scenario.seed)
     except (ScenarioError, ValueError) as error:
         keys = ", ".join(knob.key for knob in plan.knobs)
         raise ScenarioError(

@@ -92,13 +92,15 @@ class DatasetConfig(PluginSections):
     _plugin_kind: ClassVar[str] = "sources"
     name: str = Field(
         "digits",
-        description="the image source: digits, cifar10, cifar100, parquet_images, image_folder, huggingface, synthetic, "
+        description="the source: digits, cifar10, cifar100, parquet_images, image_folder, huggingface, synthetic (images), "
+        "text (character sequences for next-character prediction), leaf_json (LEAF's JSON files, images or text), "
         "or a plugin's (its keys then go in dataset.<name>)",
     )
     path: str | None = Field(
         None,
-        description="folder (or file) of the data: required for parquet_images, image_folder; cifar* default ./data; "
-        "huggingface: a folder written by save_to_disk, or of Parquet shards",
+        description="folder (or file) of the data: required for parquet_images, image_folder, text, leaf_json; cifar* "
+        "default ./data; huggingface and text: a folder written by save_to_disk, or of Parquet shards (text: or one "
+        "Parquet file); leaf_json: LEAF's data folder (train/ and test/ of JSON files), or a JSON file",
     )
     download: bool = Field(
         False, description="fetch when online: cifar10/cifar100 torchvision's files, huggingface the dataset hub_id names"
@@ -107,7 +109,8 @@ class DatasetConfig(PluginSections):
         0.2,
         gt=0.0,
         lt=1.0,
-        description="digits / image folders / huggingface with test_split null: fraction held out as the test split",
+        description="digits / image folders / huggingface, text with test_split null / leaf_json without test/: "
+        "fraction held out as the test split (with partition.partition_by: of each id's own samples, LEAF's sample split)",
     )
     image_column: str = Field(
         "image", description="parquet_images, huggingface: column of encoded bytes or {bytes, path} structs (an Image feature)"
@@ -117,9 +120,24 @@ class DatasetConfig(PluginSections):
     )
     train_file: str = Field("train.parquet", description="parquet_images: training table, a file name inside path")
     test_file: str = Field("test.parquet", description="parquet_images: test table, a file name inside path")
-    train_split: str = Field("train", description="huggingface: the split the clients train on")
+    train_split: str = Field("train", description="huggingface, text: the split the clients train on")
     test_split: str | None = Field(
-        "test", description="huggingface: the split they are tested on; null = hold out test_fraction of train_split (seeded)"
+        "test",
+        description="huggingface, text: the split they are tested on; null = hold out test_fraction of train_split (seeded)",
+    )
+    text_column: str = Field(
+        "text", description="text: the column of text (raw lines, or windows already cut when target_column is set)"
+    )
+    target_column: str | None = Field(
+        None,
+        description="text: the column of each window's next character, when the windows come cut (LEAF's and Flower's "
+        "Shakespeare: x and y); null = cut text_column into windows here",
+    )
+    sequence_length: int = Field(
+        80, ge=1, le=4096, description="text, leaf_json text: characters per sample; the class is the character after them"
+    )
+    stride: int | None = Field(
+        None, ge=1, description="text with target_column null: characters between window starts; null = sequence_length"
     )
     hub_id: str | None = Field(
         None,
@@ -160,9 +178,18 @@ class PartitionConfig(PluginSections):
     kind: str = Field(
         "iid",
         description="how the training split is divided over the clients: iid, label_subset, dirichlet, rotation, "
-        "feature_shift, or a plugin's (its keys then go in partition.<kind>)",
+        "feature_shift, natural_id (each client holds the samples of its own writers or speakers), or a plugin's (its "
+        "keys then go in partition.<kind>)",
     )
-    num_clients: int = Field(20, ge=1, description="clients in the federation")
+    num_clients: int = Field(
+        20, ge=1, description="clients in the federation (natural_id: a seeded choice of ids; set the id count for all of them)"
+    )
+    partition_by: str | None = Field(
+        None,
+        description="natural_id (required there): the column of who made each sample (writer_id, character_id, a "
+        "user); leaf_json: users. The source reads it, and a plugin partition receives it too",
+    )
+    ids_per_client: int = Field(1, ge=1, description="natural_id: ids (writers, roles) each client holds")
     k: int | None = Field(None, ge=1, description="label_subset (required there): exactly k classes per client")
     label_assignment: Literal["niid_bench", "windows"] = Field(
         "niid_bench",
@@ -174,7 +201,9 @@ class PartitionConfig(PluginSections):
         ),
     )
     alpha: float | None = Field(None, gt=0.0, description="dirichlet (required there): concentration, smaller = more skew")
-    min_samples: int = Field(10, ge=1, description="dirichlet: minimum training samples per client")
+    min_samples: int = Field(
+        10, ge=1, description="dirichlet: minimum training samples per client; natural_id: an id with fewer is never chosen"
+    )
     dirichlet_balance: bool = Field(
         True,
         description=(
@@ -213,6 +242,16 @@ class PartitionConfig(PluginSections):
             raise ValueError("partition.k is required when partition.kind is label_subset (classes per client, e.g. 2)")
         if self.kind == "dirichlet" and self.alpha is None:
             raise ValueError("partition.alpha is required when partition.kind is dirichlet (e.g. 0.3)")
+        if self.kind == "natural_id" and self.partition_by is None:
+            raise ValueError(
+                "partition.partition_by is required when partition.kind is natural_id: the column of who made each "
+                "sample (e.g. writer_id for FEMNIST, character_id for Shakespeare; users for leaf_json)"
+            )
+        if self.kind == "natural_id" and self.test_per_client is not None:
+            raise ValueError(
+                "partition.test_per_client: natural_id tests each client on the held-out samples of its own ids; "
+                "remove the key (dataset.test_fraction sets the held-out share)"
+            )
         if self.kind == "rotation" and len(self.angles) == 0:
             raise ValueError("partition.angles must list at least one angle in degrees")
         if self.kind == "feature_shift":
@@ -238,12 +277,14 @@ class PartitionConfig(PluginSections):
         return _check_name("transforms", "a transform", value)
 
 
-BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2")
+BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "char_lstm")
 
 
 class ModelConfig(Section):
     encoder: str = Field(
-        "small_cnn", description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2, or a plugin's"
+        "small_cnn",
+        description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2 (images), char_lstm (text: an "
+        "embedding and an LSTM of feature_dim units), or a plugin's",
     )
     pretrained: str | None = Field(
         None, description="local encoder weights (torch.save(state_dict)), loaded with weights_only=True; never downloaded"

@@ -33,30 +33,51 @@ def _check(kind: str, name: str, params: Any) -> None:
 @dataclass(frozen=True)
 class Split:
     """What a partition returns: one int64 index array per client into the training
-    split, and the planted group of each client when the partition plants one."""
+    split, and the planted group of each client when the partition plants one.
+    `test_indices`, when given, are each client's own test samples (indices into the
+    test split: a natural partition tests a client on its ids' held-out samples);
+    otherwise the runtime draws them with the client's class proportions."""
 
     client_indices: tuple[np.ndarray, ...]
     true_groups: tuple[int, ...] | None = None
+    test_indices: tuple[np.ndarray, ...] | None = None
 
 
 @dataclass(frozen=True)
 class PartitionSpec(Generic[ParamsT]):
     """A partition's declaration. `split(params, labels, num_clients, rng)` divides the
     training labels over the clients (seeded by `rng` alone); the runtime draws each
-    client's test images with the client's class proportions afterwards."""
+    client's test images with the client's class proportions afterwards.
+
+    With `uses_ids` the partition divides by who made each sample (the column the
+    scenario names in `partition.partition_by`): it is called as
+    `split(params, labels, num_clients, rng, ids=SampleIds(...))`."""
 
     name: str  # the scenario's partition.kind (and the name of its partition.<name> section)
     summary: str
-    split: Callable[[ParamsT, np.ndarray, int, np.random.Generator], Split]
+    split: Callable[..., Split]
     params: type[ParamsT] = NoParams  # type: ignore[assignment]
+    uses_ids: bool = False
 
     def __post_init__(self) -> None:
         _check("partition", self.name, self.params)
 
 
 @dataclass(frozen=True)
+class SampleIds:
+    """Who made each sample: int codes per split into `names` (the values of the id
+    column, e.g. writer ids), for a partition that divides by them."""
+
+    train: np.ndarray
+    test: np.ndarray
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Images:
-    """What a data source returns: uint8 images (N, H, W, C) and int labels per split."""
+    """What a data source returns: uint8 images (N, H, W, C) and int labels per split;
+    `train_ids` / `test_ids`, when the source knows who made each sample, one value per
+    image (any values: writer names, user numbers)."""
 
     train_images: np.ndarray
     train_labels: np.ndarray
@@ -64,6 +85,8 @@ class Images:
     test_labels: np.ndarray
     num_classes: int
     class_names: tuple[str, ...] | None = None
+    train_ids: np.ndarray | None = None
+    test_ids: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -107,11 +130,14 @@ class TransformSpec:
 @dataclass(frozen=True)
 class EncoderSpec:
     """An encoder architecture: `build(in_channels, feature_dim, width)` returns a
-    torch module mapping (B, C, H, W) images to (B, feature_dim) features."""
+    torch module mapping (B, C, H, W) images to (B, feature_dim) features. `reads_text`:
+    the encoder reads character sequences (a text source's samples, (B, 1, L, 1) as
+    models/char_lstm.py describes) instead of images."""
 
     name: str  # the scenario's model.encoder
     summary: str
     build: Callable[[int, int, int], Any]
+    reads_text: bool = False
 
     def __post_init__(self) -> None:
         _check("encoder", self.name, NoParams)

@@ -21,16 +21,37 @@ class ImageDataset:
     test_images: np.ndarray
     test_labels: np.ndarray
     classes: tuple[str, ...]
+    # Natural data: who made each sample (a writer, a speaking role, a user), as int codes
+    # into `id_names`; a natural partition gives each client the samples of its ids
+    train_ids: np.ndarray | None = None
+    test_ids: np.ndarray | None = None
+    id_names: tuple[str, ...] = ()
+    # Text: each "image" is a sequence of L character ids, (L, 1, 1), and the classes are the
+    # characters (next-character prediction); data/sources/text.py
+    text: bool = False
+    # the files the samples were read from, with their sha256 (the manifest records them)
+    source_files: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        for split, images, labels in (
-            ("train", self.train_images, self.train_labels),
-            ("test", self.test_images, self.test_labels),
+        for split, images, labels, ids in (
+            ("train", self.train_images, self.train_labels, self.train_ids),
+            ("test", self.test_images, self.test_labels, self.test_ids),
         ):
             if images.dtype != np.uint8 or images.ndim != 4:
                 raise ValueError(f"{self.name} {split} images must be uint8 (N, H, W, C), got {images.dtype} {images.shape}")
             if labels.shape != (images.shape[0],):
                 raise ValueError(f"{self.name} {split}: {images.shape[0]} images but labels of shape {labels.shape}")
+            if ids is not None and ids.shape != (images.shape[0],):
+                raise ValueError(f"{self.name} {split}: {images.shape[0]} samples but ids of shape {ids.shape}")
+
+    @property
+    def has_ids(self) -> bool:
+        return self.train_ids is not None
+
+    @property
+    def sample_noun(self) -> str:
+        """What one sample is, for messages: images, or character sequences."""
+        return "sequences" if self.text else "images"
 
     @property
     def num_classes(self) -> int:

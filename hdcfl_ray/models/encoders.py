@@ -8,6 +8,8 @@ from __future__ import annotations
 from torch import nn
 
 from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.models.small_cnn import SmallCNN
 
@@ -18,6 +20,10 @@ def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
         return SmallCNN(in_channels, width=config.width, feature_dim=config.feature_dim)
     if config.encoder == "resnet18_cifar":
         return ResNet18Cifar(in_channels)
+    if config.encoder == "char_lstm":
+        from hdcfl_ray.models.char_lstm import CharLSTM
+
+        return CharLSTM(feature_dim=config.feature_dim)
     if config.encoder == "mobilenet_v2":
         # imported on use: torchvision adds a second to every actor's start
         from hdcfl_ray.models.mobilenet import MobileNetV2Cifar
@@ -32,3 +38,31 @@ def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
     if not isinstance(getattr(encoder, "feature_dim", None), int):
         raise TypeError(f"encoder {config.encoder!r}: the module it builds must have an integer feature_dim attribute")
     return encoder
+
+
+# the built-in encoders that read character sequences (a text source's samples) instead of images
+TEXT_ENCODERS = ("char_lstm",)
+
+
+def reads_text(encoder: str) -> bool:
+    if encoder in TEXT_ENCODERS:
+        return True
+    from hdcfl_ray.plugins import plugin_specs
+
+    entry = plugin_specs("encoders").get(encoder)
+    return entry is not None and bool(getattr(entry[0], "reads_text", False))
+
+
+def check_encoder_reads(config: ModelConfig, dataset: ImageDataset) -> None:
+    """An image encoder on text, or a text encoder on images, stops before anything runs."""
+    if reads_text(config.encoder) == dataset.text:
+        return
+    if dataset.text:
+        raise ScenarioError(
+            f"model.encoder: {config.encoder} reads images, and {dataset.name} holds text (character sequences); "
+            f"set model.encoder: {TEXT_ENCODERS[0]}"
+        )
+    raise ScenarioError(
+        f"model.encoder: {config.encoder} reads character sequences, and {dataset.name} holds images; use an image "
+        "encoder (small_cnn, resnet18_cifar, mobilenet_v2) or a text source (dataset.name: text, leaf_json)"
+    )

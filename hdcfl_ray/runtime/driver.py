@@ -571,8 +571,20 @@ def _arithmetic_facts(portable: bool) -> dict[str, Any]:
 def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
     dataset = prepared.dataset
     sizes = np.array([client.num_train for client in prepared.partition.clients])
+    test_sizes = np.array([client.test_indices.shape[0] for client in prepared.partition.clients])
+    quantiles = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+    natural: dict[str, Any] = {}
+    if dataset.train_ids is not None:  # who made the samples: the ids each client holds
+        held = [sorted({dataset.id_names[code] for code in np.unique(dataset.train_ids[client.train_indices])}) for client in prepared.partition.clients]
+        natural = {
+            "id_column": prepared.scenario.partition.partition_by,
+            "ids_in_data": len(dataset.id_names),
+            "ids_held": sum(len(names) for names in held),
+            "client_ids": held,
+        }
     return {
         "name": dataset.name,
+        "samples": "character sequences" if dataset.text else "images",
         "train_samples": int(dataset.train_labels.shape[0]),  # after the pretraining pool is held out
         "pretrain_pool": prepared.scenario.dataset.pretrain_pool,
         "test_samples": int(dataset.test_labels.shape[0]),
@@ -580,6 +592,10 @@ def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
         "image_shape": list(dataset.train_images.shape[1:]),
         "client_train_samples_min": int(sizes.min()),
         "client_train_samples_max": int(sizes.max()),
+        "client_train_samples_quantiles": {f"{q:g}": float(np.quantile(sizes, q)) for q in quantiles},
+        "client_test_samples_quantiles": {f"{q:g}": float(np.quantile(test_sizes, q)) for q in quantiles},
+        **natural,
+        "source_files": [{"path": path, "sha256": digest} for path, digest in dataset.source_files],
         "true_groups_known": prepared.partition.true_groups() is not None,
         # "validation": clients are scored on images held out of their own training data, never the test split
         "scored_on": "validation" if prepared.scenario.partition.validation_fraction is not None else "test",

@@ -14,7 +14,7 @@ from hdcfl_ray.algorithms.registry import method_names, supports_async
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.data.dataset import ImageDataset
-from hdcfl_ray.data.partitions import build_partition, check_partition_against_dataset
+from hdcfl_ray.data.partitions import check_partition_against_dataset, partition_dataset
 from hdcfl_ray.data.partitions.client_data import Partition
 from hdcfl_ray.data.sources import load_dataset
 from hdcfl_ray.errors import ScenarioError
@@ -54,7 +54,8 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
     from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
-    from hdcfl_ray.data.partitions.checks import test_size_notices
+    from hdcfl_ray.data.partitions.checks import check_text_unshifted, test_size_notices
+    from hdcfl_ray.models.encoders import check_encoder_reads
     from hdcfl_ray.models.pretrained import check_pretrained
     from hdcfl_ray.models.pretrained import check_pool_held_out
     from hdcfl_ray.runtime.server.virtual_clock import check_trace
@@ -62,10 +63,11 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     notices = check_runtime(scenario.runtime, scenario.partition.num_clients)
     if dataset is None:
         check_synthetic_memory(scenario.dataset)
-        dataset = load_dataset(scenario.dataset, scenario.seed)
+        dataset = load_dataset(scenario.dataset, scenario.seed, scenario.partition.partition_by)
     check_partition_against_dataset(
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )
+    check_encoder_reads(scenario.model, dataset)
     check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
     plan = auto_plan(scenario)  # the knobs set to `auto`, chosen when the run starts (hdcfl_ray/auto_knobs)
     try:
@@ -87,11 +89,10 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
 
         check_trackers_installed(scenario.output.trackers)
     try:
-        partition = build_partition(
-            scenario.partition, dataset.train_labels, dataset.test_labels, dataset.num_classes, scenario.seed
-        )
+        partition = partition_dataset(scenario.partition, dataset, scenario.seed)
     except ValueError as exc:
         raise ScenarioError(f"partition: {exc}") from exc
+    check_text_unshifted(scenario.partition, partition, dataset)
     notices += test_size_notices(scenario.partition, partition)
     if plan is not None:
         check_validation_split(scenario, plan, dataset)

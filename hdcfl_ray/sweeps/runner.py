@@ -33,13 +33,14 @@ class DatasetCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._datasets: dict[tuple[str, int], ImageDataset] = {}
+        self._datasets: dict[tuple[str, int, str | None], ImageDataset] = {}
 
     def get(self, scenario: Scenario) -> ImageDataset:
-        key = (scenario.dataset.model_dump_json(), scenario.seed)
+        id_column = scenario.partition.partition_by
+        key = (scenario.dataset.model_dump_json(), scenario.seed, id_column)
         with self._lock:
             if key not in self._datasets:
-                self._datasets[key] = load_dataset(scenario.dataset, scenario.seed)
+                self._datasets[key] = load_dataset(scenario.dataset, scenario.seed, id_column)
             return self._datasets[key]
 
 

@@ -1,6 +1,6 @@
 """Partitions: seeded splits of the training labels over clients, plus per-client test sets."""
 
-from hdcfl_ray.data.partitions.build import build_partition
+from hdcfl_ray.data.partitions.build import build_partition, partition_dataset
 from hdcfl_ray.data.partitions.checks import check_partition_against_dataset
 from hdcfl_ray.data.partitions.client_data import ClientData, Partition
 from hdcfl_ray.data.partitions.dirichlet import dirichlet_partition
@@ -14,6 +14,7 @@ __all__ = [
     "Partition",
     "TrainSplit",
     "build_partition",
+    "partition_dataset",
     "check_partition_against_dataset",
     "dirichlet_partition",
     "iid_partition",

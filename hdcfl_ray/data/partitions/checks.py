@@ -4,6 +4,7 @@ split, and settings a partition can only honour in part (said, not hidden)."""
 from __future__ import annotations
 
 from hdcfl_ray.config.schema import PartitionConfig
+from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.partitions.client_data import Partition
 from hdcfl_ray.errors import ScenarioError
 
@@ -45,3 +46,16 @@ def test_size_notices(config: PartitionConfig, partition: Partition) -> list[str
         f"partition.test_per_client: {config.test_per_client} is more than the test split holds for the classes of "
         f"{len(capped)} of {len(sizes)} clients; they get {received} test images each (capped)"
     ]
+
+
+def check_text_unshifted(config: PartitionConfig, partition: Partition, dataset: ImageDataset) -> None:
+    """A feature shift (a rotation, noise, blur) acts on pixels; on character sequences it
+    would scramble the text. Refused there."""
+    if not dataset.text:
+        return
+    shifted = [client.client_id for client in partition.clients if not client.shift.is_identity()]
+    if shifted:
+        raise ScenarioError(
+            f"partition.kind: {config.kind} shifts the images of {len(shifted)} clients, and {dataset.name} holds text "
+            "(character sequences, not pixels); use natural_id, iid, dirichlet or label_subset"
+        )

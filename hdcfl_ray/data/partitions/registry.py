@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from hdcfl_ray.contract.data import PartitionSpec
+from hdcfl_ray.contract.data import PartitionSpec, SampleIds
 from hdcfl_ray.data.partitions.dirichlet import dirichlet_partition
 from hdcfl_ray.data.partitions.iid import iid_partition
 from hdcfl_ray.data.partitions.label_subset import label_subset_partition
+from hdcfl_ray.data.partitions.natural_id import natural_id_partition
 from hdcfl_ray.data.partitions.rotation import feature_shift_partition, rotation_partition
 
 
@@ -39,6 +40,10 @@ def _feature_shift(config: Any, labels: np.ndarray, num_clients: int, rng: np.ra
     return feature_shift_partition(labels, num_clients, rng, config.transform, config.levels)
 
 
+def _natural_id(config: Any, labels: np.ndarray, num_clients: int, rng: np.random.Generator, ids: SampleIds) -> Any:
+    return natural_id_partition(ids, num_clients, config.ids_per_client, config.min_samples, config.partition_by, rng)
+
+
 BUILTIN_PARTITIONS: tuple[PartitionSpec, ...] = (
     PartitionSpec("iid", "every client draws uniformly from the training split", _iid),
     PartitionSpec("label_subset", "each client holds exactly k classes (partition.k, label_assignment)", _label_subset),
@@ -48,6 +53,12 @@ BUILTIN_PARTITIONS: tuple[PartitionSpec, ...] = (
         "feature_shift",
         "IID data; group i mod G sees its images through partition.transform at partition.levels[i mod G]",
         _feature_shift,
+    ),
+    PartitionSpec(
+        "natural_id",
+        "each client holds the samples of its own ids (partition.partition_by: writers, speaking roles, users)",
+        _natural_id,
+        uses_ids=True,
     ),
 )
 

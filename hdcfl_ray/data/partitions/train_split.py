@@ -14,12 +14,14 @@ class TrainSplit:
     """One sorted int64 index array per client into the training split.
 
     `true_groups` is the planted group per client when the partition has one;
-    `shifts` is each client's feature shift when the partition shifts features.
+    `shifts` is each client's feature shift when the partition shifts features;
+    `test_indices` each client's own test samples when the partition chooses them.
     """
 
     client_indices: tuple[np.ndarray, ...]
     true_groups: tuple[int, ...] | None = None
     shifts: tuple[Shift, ...] | None = None
+    test_indices: tuple[np.ndarray, ...] | None = None
 
     @property
     def rotation_degrees(self) -> tuple[float, ...] | None:

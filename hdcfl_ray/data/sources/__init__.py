@@ -13,18 +13,21 @@ from hdcfl_ray.data.pretrain_pool import pool_rows
 from hdcfl_ray.data.sources.cifar import CIFAR10, CIFAR100, load_cifar
 from hdcfl_ray.data.sources.digits import load_digits_dataset
 from hdcfl_ray.data.sources.image_folder import load_image_folder
+from hdcfl_ray.data.sources.natural_ids import encode_ids
 from hdcfl_ray.data.sources.parquet_images import load_parquet_images
+from hdcfl_ray.data.sources.registry import builtin_sources
 from hdcfl_ray.data.sources.synthetic import make_synthetic
 from hdcfl_ray.errors import ScenarioError
 
 __all__ = ["dataset_num_classes_hint", "load_dataset", "load_pretrain_pool"]
 
 
-def load_dataset(config: DatasetConfig, seed: int) -> ImageDataset:
+def load_dataset(config: DatasetConfig, seed: int, id_column: str | None = None) -> ImageDataset:
     """Build the configured dataset for the clients: the training split without the
     pretraining pool (`dataset.pretrain_pool`), then at most max_train/test_samples
-    of it (seeded)."""
-    return _load(config, seed, "clients")
+    of it (seeded). `id_column`: the column of who made each sample (the scenario's
+    `partition.partition_by`), read into the dataset's ids; None reads none."""
+    return _load(config, seed, "clients", id_column)
 
 
 def load_pretrain_pool(config: DatasetConfig, seed: int) -> ImageDataset:
@@ -50,7 +53,7 @@ def _train_rows(size: int, config: DatasetConfig, train_seed: np.random.SeedSequ
     return kept if subset is None else kept[subset]
 
 
-def _load(config: DatasetConfig, seed: int, part: str) -> ImageDataset:
+def _load(config: DatasetConfig, seed: int, part: str, id_column: str | None = None) -> ImageDataset:
     train_seed, test_seed = seeding.data_streams(seed)
 
     def train_rows(size: int) -> np.ndarray | None:
@@ -62,7 +65,7 @@ def _load(config: DatasetConfig, seed: int, part: str) -> ImageDataset:
     if config.name == "huggingface":  # reads only the selected rows, as parquet_images does
         from hdcfl_ray.data.sources.huggingface import load_huggingface
 
-        return load_huggingface(config, seed, select_train=train_rows, select_test=test_rows)
+        return load_huggingface(config, seed, select_train=train_rows, select_test=test_rows, id_column=id_column)
     if config.name == "parquet_images":
         _require_path(config)
         # The rows are picked from the row counts before decoding: the same rows as
@@ -75,15 +78,20 @@ def _load(config: DatasetConfig, seed: int, part: str) -> ImageDataset:
             config.test_file,
             select_train=train_rows,
             select_test=test_rows,
+            id_column=id_column,
         )
-    dataset = _load_source(config, seed)
+    dataset = _load_source(config, seed, id_column)
     train_keep = train_rows(dataset.train_labels.shape[0])
     test_keep = test_rows(dataset.test_labels.shape[0])
     changes: dict[str, np.ndarray] = {}
     if train_keep is not None:
         changes.update(train_images=dataset.train_images[train_keep], train_labels=dataset.train_labels[train_keep])
+        if dataset.train_ids is not None:
+            changes.update(train_ids=dataset.train_ids[train_keep])
     if test_keep is not None:
         changes.update(test_images=dataset.test_images[test_keep], test_labels=dataset.test_labels[test_keep])
+        if dataset.test_ids is not None:
+            changes.update(test_ids=dataset.test_ids[test_keep])
     return dataclasses.replace(dataset, **changes) if changes else dataset
 
 
@@ -103,6 +111,9 @@ _PATH_EXPECTED = {
     "image_folder": "the folder with one sub-folder of images per class",
 }
 
+# the sources that read who made each sample (partition.partition_by); a plugin's says so in its Images
+_READS_IDS = ("huggingface", "parquet_images", "text", "leaf_json")
+
 
 def _require_path(config: DatasetConfig) -> None:
     if config.path is None:
@@ -111,8 +122,21 @@ def _require_path(config: DatasetConfig) -> None:
         )
 
 
-def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
+def _load_source(config: DatasetConfig, seed: int, id_column: str | None = None) -> ImageDataset:
     """Every image of a source that decodes all of them (Parquet is read row-selected in `_load`)."""
+    if id_column is not None and config.name in builtin_sources() and config.name not in _READS_IDS:
+        raise ScenarioError(
+            f"partition.partition_by: dataset.name {config.name} has no column of who made each sample; a natural "
+            f"partition needs a source that has one ({', '.join(_READS_IDS)}), or a plugin source that returns ids"
+        )
+    if config.name == "text":
+        from hdcfl_ray.data.sources.text import load_text
+
+        return load_text(config, seed, id_column)
+    if config.name == "leaf_json":
+        from hdcfl_ray.data.sources.leaf import load_leaf
+
+        return load_leaf(config, seed, id_column)
     if config.name == "digits":
         return load_digits_dataset(config.test_fraction, seed)
     if config.name == "cifar10":
@@ -126,10 +150,10 @@ def _load_source(config: DatasetConfig, seed: int) -> ImageDataset:
     if config.name == "image_folder":
         _require_path(config)
         return load_image_folder(config.path, config.test_fraction, seed)
-    return _load_plugin(config, seed)
+    return _load_plugin(config, seed, id_column)
 
 
-def _load_plugin(config: DatasetConfig, seed: int) -> ImageDataset:
+def _load_plugin(config: DatasetConfig, seed: int, id_column: str | None = None) -> ImageDataset:
     """A plugin source's images (SourceSpec.load with its dataset.<name> section)."""
     from hdcfl_ray.config.schema import plugin_section
     from hdcfl_ray.data.sources.registry import source_specs
@@ -141,6 +165,16 @@ def _load_plugin(config: DatasetConfig, seed: int) -> ImageDataset:
     classes = images.class_names or tuple(str(label) for label in range(images.num_classes))
     if len(classes) != images.num_classes:
         raise ScenarioError(f"dataset.name {config.name}: {len(classes)} class names for {images.num_classes} classes")
+    ids: dict[str, object] = {}
+    if id_column is not None:
+        if images.train_ids is None or images.test_ids is None:
+            raise ScenarioError(
+                f"partition.partition_by: the plugin source {config.name!r} returns no ids of who made each sample "
+                "(Images.train_ids / test_ids), so it cannot be divided by them"
+            )
+        codes, names = encode_ids([*np.asarray(images.train_ids).tolist(), *np.asarray(images.test_ids).tolist()], id_column, config.name)
+        num_train = len(images.train_labels)
+        ids = {"train_ids": codes[:num_train], "test_ids": codes[num_train:], "id_names": names}
     return ImageDataset(
         name=config.name,
         train_images=np.ascontiguousarray(images.train_images, dtype=np.uint8),
@@ -148,6 +182,7 @@ def _load_plugin(config: DatasetConfig, seed: int) -> ImageDataset:
         test_images=np.ascontiguousarray(images.test_images, dtype=np.uint8),
         test_labels=np.asarray(images.test_labels, dtype=np.int64),
         classes=tuple(classes),
+        **ids,  # type: ignore[arg-type]
     )
 
 

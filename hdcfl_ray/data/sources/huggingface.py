@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.decode import decode_images
 from hdcfl_ray.data.sources.holdout import stratified_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums, id_holdout
 from hdcfl_ray.data.sources.parquet_images import RowSelector, _encoded_images, _labels
 from hdcfl_ray.errors import ScenarioError
 
@@ -42,11 +43,16 @@ class _Split:
 
 
 def load_huggingface(
-    config: "DatasetConfig", seed: int, select_train: RowSelector | None = None, select_test: RowSelector | None = None
+    config: "DatasetConfig",
+    seed: int,
+    select_train: RowSelector | None = None,
+    select_test: RowSelector | None = None,
+    id_column: str | None = None,
 ) -> ImageDataset:
     """The train and test splits named in `config`; only the selected rows are decoded.
     With `test_split: null` a seeded, stratified `test_fraction` of the train split is
-    the test split (as for image folders)."""
+    the test split (as for image folders); with an `id_column` (who made each image, e.g.
+    FEMNIST's writer_id) each id holds out `test_fraction` of its own images instead."""
     if (config.path is None) == (config.hub_id is None):
         raise ScenarioError(
             "dataset.name huggingface: give either dataset.path (a folder written by save_to_disk, or of Parquet "
@@ -59,7 +65,10 @@ def load_huggingface(
     else:
         splits, name = _local_splits(Path(config.path), wanted), Path(config.path).resolve().name  # type: ignore[arg-type]
     train = splits[config.train_split]
-    for key, column in (("dataset.image_column", config.image_column), ("dataset.label_column", config.label_column)):
+    columns = [("dataset.image_column", config.image_column), ("dataset.label_column", config.label_column)]
+    if id_column is not None:
+        columns.append(("partition.partition_by", id_column))
+    for key, column in columns:
         for split_name, split in splits.items():
             if column not in split.table.column_names:
                 raise ScenarioError(
@@ -67,17 +76,25 @@ def load_huggingface(
                     f"its columns are: {', '.join(split.table.column_names)}"
                 )
     train_labels = _labels(train.table.column(config.label_column), Path(str(train.where)), config.label_column)
+    test = train if config.test_split is None else splits[config.test_split]
+    ids = None
+    if id_column is not None:
+        owners = train.table.column(id_column).to_pylist() + ([] if test is train else test.table.column(id_column).to_pylist())
+        codes, names = encode_ids(owners, id_column, str(train.where))
+        ids = (codes[: train.table.num_rows], codes[: train.table.num_rows] if test is train else codes[train.table.num_rows :])
     if config.test_split is None:
-        train_rows, test_rows = stratified_holdout(train_labels, config.test_fraction, seed)
-        test = train
+        if ids is None:
+            train_rows, test_rows = stratified_holdout(train_labels, config.test_fraction, seed)
+        else:
+            train_rows, test_rows = id_holdout(ids[0], config.test_fraction, seed)
     else:
-        test = splits[config.test_split]
         train_rows = np.arange(train.table.num_rows)
         test_rows = np.arange(test.table.num_rows)
     test_labels_all = _labels(test.table.column(config.label_column), Path(str(test.where)), config.label_column)
     largest = int(max(train_labels.max(), test_labels_all.max()))
-    train_images, train_labels = _decode(train, config, _select(train_rows, select_train), train_labels)
-    test_images, test_labels = _decode(test, config, _select(test_rows, select_test), test_labels_all)
+    train_rows, test_rows = _select(train_rows, select_train), _select(test_rows, select_test)
+    train_images, train_labels = _decode(train, config, train_rows, train_labels)
+    test_images, test_labels = _decode(test, config, test_rows, test_labels_all)
     if train_images.shape[1:] != test_images.shape[1:]:
         raise ScenarioError(
             f"dataset: the train split holds images of shape {train_images.shape[1:]} but the test split "
@@ -90,7 +107,15 @@ def load_huggingface(
         test_images=test_images,
         test_labels=test_labels,
         classes=_class_names(train.features, config.label_column, largest, train.where),
+        train_ids=None if ids is None else ids[0][train_rows],
+        test_ids=None if ids is None else ids[1][test_rows],
+        id_names=() if ids is None else names,
+        source_files=() if config.path is None or ids is None else file_checksums(_data_files(Path(config.path))),
     )
+
+
+def _data_files(path: Path) -> list[Path]:
+    return [file for file in path.rglob("*") if file.is_file() and file.suffix in (".parquet", ".arrow")]
 
 
 def _select(rows: np.ndarray, select: RowSelector | None) -> np.ndarray:

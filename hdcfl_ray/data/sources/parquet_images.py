@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.decode import ImageSource, decode_images
+from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums
 from hdcfl_ray.errors import ScenarioError
 
 CLASSES_METADATA_KEY = b"classes"
@@ -30,6 +31,7 @@ def load_parquet_images(
     test_file: str = "test.parquet",
     select_train: RowSelector | None = None,
     select_test: RowSelector | None = None,
+    id_column: str | None = None,
 ) -> ImageDataset:
     """Decode a train and a test table, found from a folder or from the train file itself.
 
@@ -38,10 +40,17 @@ def load_parquet_images(
     Class names come from the schema metadata key `classes` (a JSON list) when present.
     `select_train(num_rows)` / `select_test(num_rows)` may return the row indices to keep
     (None keeps all): only those rows are decoded, so a subset of a large table is cheap.
+    `id_column`: the column of who made each image (FEMNIST's writer_id), read as the ids.
     """
     train_path, test_path = _locate_tables(Path(path), train_file, test_file)
-    train_images, train_labels, train_largest, train_schema = _read_table(train_path, image_column, label_column, select_train)
-    test_images, test_labels, test_largest, _ = _read_table(test_path, image_column, label_column, select_test)
+    train_images, train_labels, train_largest, train_schema, train_owners = _read_table(
+        train_path, image_column, label_column, select_train, id_column
+    )
+    test_images, test_labels, test_largest, _, test_owners = _read_table(test_path, image_column, label_column, select_test, id_column)
+    ids: dict[str, object] = {}
+    if id_column is not None:
+        codes, names = encode_ids([*train_owners, *test_owners], id_column, str(train_path))
+        ids = {"train_ids": codes[: len(train_owners)], "test_ids": codes[len(train_owners) :], "id_names": names}
     if train_images.shape[1:] != test_images.shape[1:]:
         raise ScenarioError(
             f"dataset.path: {train_path} holds images of shape {train_images.shape[1:]} but {test_path} "
@@ -56,6 +65,8 @@ def load_parquet_images(
         test_images=test_images,
         test_labels=test_labels,
         classes=classes,
+        source_files=file_checksums([train_path, test_path]) if id_column is not None else (),  # natural data's manifest
+        **ids,  # type: ignore[arg-type]
     )
 
 
@@ -94,16 +105,19 @@ def _schema(path: Path) -> pa.Schema:
 
 
 def _read_table(
-    path: Path, image_column: str, label_column: str, select: RowSelector | None
-) -> tuple[np.ndarray, np.ndarray, int, pa.Schema]:
-    """(images, labels, the largest label of the whole table, schema) of the selected rows."""
+    path: Path, image_column: str, label_column: str, select: RowSelector | None, id_column: str | None = None
+) -> tuple[np.ndarray, np.ndarray, int, pa.Schema, list[object]]:
+    """(images, labels, the largest label of the whole table, schema, the ids or []) of the selected rows."""
     schema = _schema(path)
     present = ", ".join(schema.names)
-    for key, column in (("dataset.image_column", image_column), ("dataset.label_column", label_column)):
+    columns = [("dataset.image_column", image_column), ("dataset.label_column", label_column)]
+    if id_column is not None:
+        columns.append(("partition.partition_by", id_column))
+    for key, column in columns:
         if column not in schema.names:
             raise ScenarioError(f"{key}: {path} has no column {column!r}; its columns are: {present}")
     # ParquetFile.read, not read_table: the latter loads pyarrow.dataset and with it pandas (~0.1 GB).
-    table = pq.ParquetFile(path).read(columns=[image_column, label_column])
+    table = pq.ParquetFile(path).read(columns=[column for _, column in columns])
     if table.num_rows == 0:
         raise ScenarioError(f"dataset.path: {path} has no rows")
     labels = _labels(table.column(label_column), path, label_column)
@@ -116,7 +130,8 @@ def _read_table(
         labels = labels[rows]
     sources = _encoded_images(table.column(image_column), path, image_column)
     images = decode_images(sources, lambda index: f"{path} row {int(rows[index])} ({image_column!r})")
-    return images, labels, largest_label, schema
+    owners = table.column(id_column).to_pylist() if id_column is not None else []
+    return images, labels, largest_label, schema, owners
 
 
 def _labels(column: pa.ChunkedArray, path: Path, name: str) -> np.ndarray:

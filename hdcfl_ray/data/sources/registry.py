@@ -21,6 +21,8 @@ BUILTIN_SOURCES: tuple[SourceSpec, ...] = (
     SourceSpec("parquet_images", "Parquet tables of encoded images and labels (dataset.path)", _builtin_load),
     SourceSpec("image_folder", "one sub-folder of images per class (dataset.path)", _builtin_load),
     SourceSpec("huggingface", "a Hugging Face dataset saved to disk, as Parquet shards, or from the Hub", _builtin_load),
+    SourceSpec("text", "text for next-character prediction: Parquet or Hugging Face tables (dataset.path)", _builtin_load),
+    SourceSpec("leaf_json", "LEAF's JSON files: FEMNIST's images or Shakespeare's text, by user (dataset.path)", _builtin_load),
     SourceSpec("synthetic", "seeded random class prototypes with noise (dataset.num_classes, image_size...)", _builtin_load),
 )
 

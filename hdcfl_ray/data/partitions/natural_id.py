@@ -1,0 +1,48 @@
+"""The natural partition (`partition.kind: natural_id`): clients are the people who made
+the data (FEMNIST's writers, Shakespeare's speaking roles, a user), not a cut of pooled
+data. `num_clients x ids_per_client` ids are chosen by seed among those with at least
+`min_samples` training samples; each client holds every training sample of its ids and
+is tested on the test samples of the same ids (LEAF's "sample" split: the source holds
+out a share of each id's own samples, or reads a test split where the same ids recur)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdcfl_ray.contract.data import SampleIds, Split
+
+
+def natural_id_partition(
+    ids: SampleIds, num_clients: int, ids_per_client: int, min_samples: int, column: str, rng: np.random.Generator
+) -> Split:
+    counts = np.bincount(ids.train, minlength=len(ids.names))
+    eligible = np.flatnonzero(counts >= min_samples)
+    wanted = num_clients * ids_per_client
+    if eligible.shape[0] < wanted:
+        fewer = counts.shape[0] - eligible.shape[0]
+        raise ValueError(
+            f"partition.num_clients: {num_clients} clients x {ids_per_client} ids each need {wanted} ids, and column "
+            f"{column!r} holds {eligible.shape[0]} with at least partition.min_samples ({min_samples}) training samples "
+            f"({fewer} of its {counts.shape[0]} ids have fewer); set partition.num_clients to at most "
+            f"{eligible.shape[0] // ids_per_client}, or lower partition.min_samples or partition.ids_per_client"
+        )
+    chosen = np.sort(rng.permutation(eligible)[:wanted]).reshape(num_clients, ids_per_client)
+    train_by_id = _rows_by_id(ids.train, len(ids.names))
+    test_by_id = _rows_by_id(ids.test, len(ids.names))
+    client_train = tuple(np.sort(np.concatenate([train_by_id[code] for code in row])).astype(np.int64) for row in chosen)
+    client_test = tuple(np.sort(np.concatenate([test_by_id[code] for code in row])).astype(np.int64) for row in chosen)
+    without_test = [client for client, rows in enumerate(client_test) if rows.shape[0] == 0]
+    if without_test:
+        names = ", ".join(repr(ids.names[code]) for code in chosen[without_test[0]])
+        raise ValueError(
+            f"client {without_test[0]} (ids {names} of column {column!r}) has no test samples, nor do "
+            f"{len(without_test) - 1} other clients: the test split holds none of their ids; set dataset.test_split: "
+            "null to hold out dataset.test_fraction of each id's own samples, or raise partition.min_samples"
+        )
+    return Split(client_indices=client_train, test_indices=client_test)
+
+
+def _rows_by_id(codes: np.ndarray, num_ids: int) -> list[np.ndarray]:
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(num_ids + 1))
+    return [order[bounds[code] : bounds[code + 1]] for code in range(num_ids)]
