@@ -282,3 +282,13 @@ def test_leaf_text_in_one_file_holds_out_each_users_share(corpora):
     config = DatasetConfig(name="leaf_json", path=str(corpora["leaf_text"]), sequence_length=LENGTH)
     dataset = load_dataset(config, 0, "users")
     assert dataset.text and set(np.unique(dataset.test_ids)) == set(np.unique(dataset.train_ids))
+
+
+@pytest.mark.parametrize("method", ["fedavg", "hdcfl"])
+def test_text_trains_with_clients_batched_together(corpora, tmp_path, method):
+    """runtime.batched_training (the GPU default) vmaps the character model's stepwise path."""
+    scenario = _scenario("shakespeare", corpora, method, runtime__batched_training=True)
+    clients = _run(scenario, tmp_path / "run")
+    assert sorted(set(clients["client_id"])) == list(range(8))
+    updates = pq.read_table(tmp_path / "run" / "updates.parquet").to_pydict()
+    assert max(updates["trained_together"]) > 1
