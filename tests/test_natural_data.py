@@ -292,3 +292,68 @@ def test_text_trains_with_clients_batched_together(corpora, tmp_path, method):
     assert sorted(set(clients["client_id"])) == list(range(8))
     updates = pq.read_table(tmp_path / "run" / "updates.parquet").to_pydict()
     assert max(updates["trained_together"]) > 1
+
+
+# ---- plugins: a source with ids, a partition that divides by them ------------------------------------
+
+ID_PLUGIN = '''
+import numpy as np
+from hdcfl_ray.contract.data import Images, PartitionSpec, SampleIds, SourceSpec, Split
+
+
+def by_author(params, seed):
+    rng = np.random.default_rng(seed)
+    labels = np.tile(np.arange(4), 30)
+    images = rng.integers(0, 255, size=(labels.shape[0], 8, 8, 1), dtype=np.uint8)
+    authors = np.asarray([f"author{i % 6}" for i in range(labels.shape[0])])
+    return Images(images, labels, images[:24].copy(), labels[:24].copy(), num_classes=4, train_ids=authors, test_ids=authors[:24])
+
+
+SOURCE = SourceSpec("authored", "random images by six authors", by_author, num_classes=4)
+
+
+def two_authors_each(params, labels, num_clients, rng, ids: SampleIds) -> Split:
+    chosen = rng.permutation(len(ids.names))[: 2 * num_clients].reshape(num_clients, 2)
+    return Split(
+        client_indices=tuple(np.flatnonzero(np.isin(ids.train, pair)) for pair in chosen),
+        test_indices=tuple(np.flatnonzero(np.isin(ids.test, pair)) for pair in chosen),
+    )
+
+
+PARTITION = PartitionSpec("two_authors", "two authors per client", two_authors_each, uses_ids=True)
+'''
+
+
+@pytest.fixture
+def id_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from tests.test_plugins import loaded_plugin
+
+    (tmp_path / "hdcfl_test_id_plugin.py").write_text(ID_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield from loaded_plugin("hdcfl_test_id_plugin", monkeypatch)
+
+
+@pytest.mark.parametrize("kind", ["two_authors", "natural_id"])
+def test_a_plugin_source_with_ids_and_a_plugin_partition_that_reads_them(id_plugin, kind):
+    raw = {
+        "name": "authored",
+        "dataset": {"name": "authored"},
+        "partition": {"kind": kind, "num_clients": 3, "partition_by": "author", "min_samples": 1},
+        "model": {"encoder": "small_cnn", "width": 8, "feature_dim": 16},
+        "algorithm": {"name": "fedavg"},
+        "protocol": {"rounds": 1},
+        "runtime": {"backend": "local"},
+    }
+    prepared = prepare_run(build_scenario(raw))
+    dataset = prepared.dataset
+    per_client = 2 if kind == "two_authors" else 1
+    for client in prepared.partition.clients:
+        authors = np.unique(dataset.train_ids[client.train_indices])
+        assert authors.shape == (per_client,)
+        assert set(np.unique(dataset.test_ids[client.test_indices])) == set(authors)
+
+
+def test_a_partition_that_uses_ids_without_a_column_says_so(id_plugin):
+    raw = {"name": "authored", "dataset": {"name": "authored"}, "partition": {"kind": "two_authors", "num_clients": 3}, "algorithm": {"name": "fedavg"}}
+    with pytest.raises(ScenarioError, match="partition.partition_by"):
+        prepare_run(build_scenario(raw))
