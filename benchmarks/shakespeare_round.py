@@ -1,0 +1,150 @@
+"""A Shakespeare round: clients per second and peak memory of FedAvg on the Shakespeare
+stand-in (scenarios/shakespeare.yaml: 32 roles, 80-character windows, the character
+LSTM), against a plain PyTorch loop training the same model on the same windows with the
+same batch size and optimizer, for the same number of samples.
+
+Each side runs as a fresh process, taking turns `--repeats` times; the table holds the
+medians. The simulation is timed over its round loop (from round 1's start to the last
+round's end, evaluation at the last round and logging included) and, beside it, from
+launch to exit; memory is the peak PSS of the process and everything it started.
+
+    python -m benchmarks.shakespeare_round [--rounds 5] [--repeats 3] [--backend auto|local|ray] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import append_markdown, machine_description, print_table, run_measured
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "shakespeare.yaml"
+MARK = "SHAKESPEARE_ROW "
+
+
+def _prepared(rounds: int, backend: str, out_dir: Path) -> Any:
+    from hdcfl_ray.config.loading import load_scenario
+    from hdcfl_ray.runtime.driver import prepare_run
+
+    overrides = [
+        "algorithm.name=fedavg",
+        f"protocol.rounds={rounds}",
+        f"protocol.eval_every={rounds}",
+        f"runtime.backend={backend}",
+        "checkpoint.every=null",
+        f"output.dir={out_dir}",
+    ]
+    return prepare_run(load_scenario(SCENARIO, overrides))
+
+
+def simulation(rounds: int, backend: str) -> dict[str, Any]:
+    from hdcfl_ray.logs.table_writer import read_table
+    from hdcfl_ray.runtime.driver import run_simulation
+
+    with tempfile.TemporaryDirectory(prefix="hdcfl-shakespeare-") as work:
+        prepared = _prepared(rounds, backend, Path(work))
+        summary = run_simulation(prepared, Path(work) / "run")
+        rounds_table = read_table(summary.run_dir, "rounds").to_pydict()
+        samples = int(sum(read_table(summary.run_dir, "updates").to_pydict()["num_samples"]))
+    rounds_s = float(sum(rounds_table["wall_time_s"]))
+    clients = prepared.partition.num_clients
+    return {"samples": samples, "rounds_s": rounds_s, "clients_per_s": clients * rounds / rounds_s, "samples_per_s": samples / rounds_s}
+
+
+def plain_loop(rounds: int, threads: int | None = None) -> dict[str, Any]:
+    """The same model, windows, batch size and optimizer in one loop over all of them."""
+    import torch
+
+    from hdcfl_ray.data.transforms import to_float_batch
+    from hdcfl_ray.models import build_split_model
+
+    with tempfile.TemporaryDirectory(prefix="hdcfl-shakespeare-") as work:
+        prepared = _prepared(rounds, "local", Path(work))
+    scenario, dataset = prepared.scenario, prepared.dataset
+    torch.set_num_threads(threads or os.cpu_count() or 1)  # every core by default, as the simulation may use them all
+    model = build_split_model(scenario.model, in_channels=1, num_classes=dataset.num_classes, seed=0)
+    rows = [index for client in prepared.partition.clients for index in client.train_indices.tolist()]
+    inputs = to_float_batch(dataset.train_images[rows])
+    labels = torch.as_tensor(dataset.train_labels[rows], dtype=torch.long)
+    settings = scenario.protocol.optimizer
+    optimizer = torch.optim.SGD([*model.encoder.parameters(), *model.head.parameters()], lr=settings.lr, momentum=settings.momentum)
+    batch_size = scenario.protocol.batch_size
+    generator = torch.Generator().manual_seed(0)
+    samples = 0
+    started = time.perf_counter()
+    for _ in range(rounds * scenario.protocol.local_epochs):
+        order = torch.randperm(inputs.shape[0], generator=generator)
+        for start in range(0, inputs.shape[0], batch_size):
+            batch = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model.head(model.encoder(inputs[batch])), labels[batch])
+            loss.backward()
+            optimizer.step()
+            samples += int(batch.shape[0])
+    return {"samples": samples, "samples_per_s": samples / (time.perf_counter() - started)}
+
+
+def _child(part: str, args: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.shakespeare_round", "--part", part, "--rounds", str(args.rounds), "--backend", args.backend]
+    if args.plain_threads is not None:
+        command += ["--plain-threads", str(args.plain_threads)]
+    measured = run_measured(command, cwd=REPO)
+    if measured.returncode != 0:
+        raise SystemExit(f"{part} failed:\n{measured.stderr[-3000:]}")
+    row = json.loads(next(line for line in measured.stdout.splitlines() if line.startswith(MARK)).removeprefix(MARK))
+    return {**row, "wall_s": measured.wall_s, "peak_memory_mb": measured.peak_memory_bytes / 2**20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backend", choices=["auto", "local", "ray"], default="auto")
+    parser.add_argument("--out", type=Path, default=None, help="append the table to this Markdown file")
+    parser.add_argument("--plain-threads", type=int, default=None, help="torch threads of the plain loop (default: every core)")
+    parser.add_argument("--part", choices=["simulation", "plain"], default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.part is not None:  # one side, in this fresh process
+        row = simulation(args.rounds, args.backend) if args.part == "simulation" else plain_loop(args.rounds, args.plain_threads)
+        print(MARK + json.dumps(row))
+        return
+    measured: dict[str, list[dict[str, Any]]] = {"simulation": [], "plain": []}
+    for index in range(args.repeats):
+        for part in measured:
+            measured[part].append(_child(part, args))
+            print(f"run {index + 1} {part}: {measured[part][-1]['samples_per_s']:.0f} samples/s, peak {measured[part][-1]['peak_memory_mb']:.0f} MB", flush=True)
+    simulated, plain = measured["simulation"], measured["plain"]
+    assert simulated[0]["samples"] == plain[0]["samples"], (simulated[0]["samples"], plain[0]["samples"])
+    median = statistics.median
+    rows = [
+        {
+            "backend": args.backend,
+            "plain_threads": args.plain_threads or os.cpu_count(),
+            "rounds": args.rounds,
+            "samples": plain[0]["samples"],
+            "clients_per_s": median(row["clients_per_s"] for row in simulated),
+            "simulation_samples_per_s": median(row["samples_per_s"] for row in simulated),
+            "plain_loop_samples_per_s": median(row["samples_per_s"] for row in plain),
+            "ratio": median(row["samples_per_s"] for row in simulated) / median(row["samples_per_s"] for row in plain),
+            "simulation_launch_to_exit_s": median(row["wall_s"] for row in simulated),
+            "simulation_peak_mb": median(row["peak_memory_mb"] for row in simulated),
+            "plain_loop_peak_mb": median(row["peak_memory_mb"] for row in plain),
+            "runs": args.repeats,
+        }
+    ]
+    print_table(rows)
+    if args.out is not None:
+        command = "python -m benchmarks.shakespeare_round " + " ".join(argument for argument in sys.argv[1:])
+        append_markdown(args.out, "A Shakespeare round against a plain loop (FedAvg, 32 roles, char LSTM)", command.strip(), machine_description(), rows)
+
+
+if __name__ == "__main__":
+    main()
