@@ -357,3 +357,17 @@ def test_a_partition_that_uses_ids_without_a_column_says_so(id_plugin):
     raw = {"name": "authored", "dataset": {"name": "authored"}, "partition": {"kind": "two_authors", "num_clients": 3}, "algorithm": {"name": "fedavg"}}
     with pytest.raises(ScenarioError, match="partition.partition_by"):
         prepare_run(build_scenario(raw))
+
+
+def test_text_download_reads_with_load_dataset(corpora, tmp_path, monkeypatch):
+    """dataset.hub_id with download: true goes through datasets.load_dataset (which takes a
+    local folder as well as a Hub id: the download path, offline) and gives the same windows."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    common = {"name": "text", "text_column": "x", "target_column": "y", "sequence_length": LENGTH, "test_split": None}
+    fetched = load_dataset(DatasetConfig(**common, hub_id=str(corpora["shakespeare"]), download=True), 0, "character_id")
+    local = load_dataset(DatasetConfig(**common, path=str(corpora["shakespeare"])), 0, "character_id")
+    assert np.array_equal(fetched.train_images, local.train_images) and np.array_equal(fetched.train_ids, local.train_ids)
+    with pytest.raises(ScenarioError, match="download: true"):
+        load_dataset(DatasetConfig(**common, hub_id="flwrlabs/shakespeare"), 0, "character_id")

@@ -61,9 +61,9 @@ def load_huggingface(
         )
     wanted = [config.train_split] + ([config.test_split] if config.test_split is not None else [])
     if config.hub_id is not None:
-        splits, name = _hub_splits(config, wanted), config.hub_id
+        splits, name = hub_splits(config, wanted), config.hub_id
     else:
-        splits, name = _local_splits(Path(config.path), wanted), Path(config.path).resolve().name  # type: ignore[arg-type]
+        splits, name = local_splits(Path(config.path), wanted), Path(config.path).resolve().name  # type: ignore[arg-type]
     train = splits[config.train_split]
     columns = [("dataset.image_column", config.image_column), ("dataset.label_column", config.label_column)]
     if id_column is not None:
@@ -110,11 +110,12 @@ def load_huggingface(
         train_ids=None if ids is None else ids[0][train_rows],
         test_ids=None if ids is None else ids[1][test_rows],
         id_names=() if ids is None else names,
-        source_files=() if config.path is None or ids is None else file_checksums(_data_files(Path(config.path))),
+        source_files=() if config.path is None or ids is None else file_checksums(data_files(Path(config.path))),
     )
 
 
-def _data_files(path: Path) -> list[Path]:
+def data_files(path: Path) -> list[Path]:
+    """The Arrow and Parquet files below a local copy (what its checksums cover)."""
     return [file for file in path.rglob("*") if file.is_file() and file.suffix in (".parquet", ".arrow")]
 
 
@@ -150,7 +151,7 @@ def _class_names(features: dict[str, Any], label_column: str, largest: int, wher
 # ---- a local copy: save_to_disk, or Parquet shards ------------------------------------------------
 
 
-def _local_splits(path: Path, wanted: list[str]) -> dict[str, _Split]:
+def local_splits(path: Path, wanted: list[str]) -> dict[str, _Split]:
     if not path.is_dir():
         raise ScenarioError(
             f"dataset.path: {path} is not a folder; give the folder written by save_to_disk, or a folder of "
@@ -264,7 +265,7 @@ def _concat(tables: list[pa.Table], where: Path | str) -> pa.Table:
 # ---- the Hub ------------------------------------------------------------------------------------------
 
 
-def _hub_splits(config: "DatasetConfig", wanted: list[str]) -> dict[str, _Split]:
+def hub_splits(config: "DatasetConfig", wanted: list[str]) -> dict[str, _Split]:
     if not config.download:
         raise ScenarioError(
             f"dataset.hub_id {config.hub_id!r}: reading from the Hugging Face Hub needs dataset.download: true "

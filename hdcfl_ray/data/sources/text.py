@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
-from hdcfl_ray.data.sources.huggingface import _data_files, _local_splits
+from hdcfl_ray.data.sources.huggingface import data_files, hub_splits, local_splits
 from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums, id_holdout
 from hdcfl_ray.errors import ScenarioError
 
@@ -49,7 +49,10 @@ def character_ids(text: str) -> np.ndarray:
 
 
 def _tables(config: "DatasetConfig") -> tuple[dict[str, pa.Table], list[Path]]:
-    """The train (and test) tables, and the files they came from."""
+    """The train (and test) tables, and the files they came from (none from the Hub)."""
+    wanted = [config.train_split] + ([config.test_split] if config.test_split is not None else [])
+    if config.hub_id is not None:  # only with dataset.download: true
+        return {name: split.table for name, split in hub_splits(config, wanted).items()}, []
     path = Path(config.path)  # type: ignore[arg-type]
     if path.is_file():
         if config.test_split is not None:
@@ -61,9 +64,8 @@ def _tables(config: "DatasetConfig") -> tuple[dict[str, pa.Table], list[Path]]:
             return {config.train_split: pq.read_table(path)}, [path]
         except (OSError, pa.ArrowInvalid) as error:
             raise ScenarioError(f"dataset.path: {path} is not a readable Parquet file ({error})") from None
-    wanted = [config.train_split] + ([config.test_split] if config.test_split is not None else [])
-    splits = _local_splits(path, wanted)
-    return {name: split.table for name, split in splits.items()}, _data_files(path)
+    splits = local_splits(path, wanted)
+    return {name: split.table for name, split in splits.items()}, data_files(path)
 
 
 def _column(table: pa.Table, column: str, key: str, where: str) -> list[object]:
@@ -120,12 +122,15 @@ def _windows(
 
 def load_text(config: "DatasetConfig", seed: int, id_column: str | None = None) -> ImageDataset:
     """The windows of the train (and test) split; with `id_column`, who wrote or spoke each."""
-    if config.path is None:
+    if (config.path is None) == (config.hub_id is None):
         raise ScenarioError(
-            "dataset.path is required when dataset.name is text: a Parquet file, or a folder in a Hugging Face layout"
+            "dataset.name text: give either dataset.path (a Parquet file, or a folder in a Hugging Face layout) or "
+            "dataset.hub_id (a Hub dataset id such as flwrlabs/shakespeare, with dataset.download: true), not "
+            + ("both" if config.path is not None else "neither")
         )
     tables, files = _tables(config)
-    where = f"{config.path} ({config.train_split})"
+    source = config.path if config.path is not None else config.hub_id
+    where = f"{source} ({config.train_split})"
     train_samples, train_labels, train_owners = _windows(config, tables[config.train_split], where, id_column)
     train_ids: np.ndarray | None
     test_ids: np.ndarray | None
@@ -142,14 +147,14 @@ def load_text(config: "DatasetConfig", seed: int, id_column: str | None = None) 
         train_samples, train_labels = train_samples[train_rows], train_labels[train_rows]
         train_ids = None if train_ids is None else train_ids[train_rows]
     else:
-        test_where = f"{config.path} ({config.test_split})"
+        test_where = f"{source} ({config.test_split})"
         test_samples, test_labels, test_owners = _windows(config, tables[config.test_split], test_where, id_column)
         train_ids = test_ids = None
         if id_column is not None:
             codes, names = encode_ids([*train_owners, *test_owners], id_column, where)
             train_ids, test_ids = codes[: len(train_owners)], codes[len(train_owners) :]
     return ImageDataset(
-        name=Path(config.path).name,
+        name=Path(config.path).name if config.path is not None else str(config.hub_id),
         train_images=train_samples[:, :, None, None],
         train_labels=train_labels,
         test_images=test_samples[:, :, None, None],
