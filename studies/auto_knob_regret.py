@@ -48,6 +48,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 SEEDS = (61, 62, 63)
 METHODS = ("pacfl", "ifca", "fedprox", "fedce", "fedsoft", "hdcfl")
+# the reference every clustered method is read against (no knob: one fixed run per seed)
+REFERENCE = "local"
 
 
 def grids(method: str, num_clients: int) -> dict[str, tuple[Any, ...]]:
@@ -96,14 +98,14 @@ def final_test_accuracy(run_dir: Path) -> float:
 
 
 def value_name(values: dict[str, Any]) -> str:
-    return "-".join(f"{key}{value:g}" for key, value in sorted(values.items()))
+    return "-".join(f"{key}{value:g}" for key, value in sorted(values.items())) or "fixed"
 
 
 def run_fixed(out: Path, methods: list[str], seeds: list[int]) -> None:
     import hdcfl_ray
 
     todo = []
-    for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
+    for setting, method, seed in itertools.product(SETTINGS, [*methods, REFERENCE], seeds):
         knobs = grids(method, 20)
         for combination in itertools.product(*knobs.values()):
             values = dict(zip(knobs, combination))
@@ -153,8 +155,8 @@ def run_choices(out: Path, methods: list[str], seeds: list[int]) -> None:
 
 def report(out: Path, methods: list[str], seeds: list[int]) -> str:
     lines = [
-        "| setting | method | seed | chosen | test acc. of the choice | best fixed value | its test acc. | regret (pp) | seed spread (pp) | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| setting | method | seed | chosen | test acc. of the choice | best fixed value | its test acc. | regret (pp) | seed spread (pp) | verdict | Local's test acc. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     summary: list[tuple[str, str, float, float]] = []
     for setting, method in itertools.product(SETTINGS, methods):
@@ -183,9 +185,11 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
             regret = 100 * (best_accuracy - chosen_accuracy)
             verdict = "within the seed spread" if regret <= 100 * spread + 1e-9 else "outside the seed spread"
             summary.append((setting, method, regret, 100 * spread))
+            local_dir = out / "fixed" / setting / REFERENCE / "fixed" / f"seed{seed}"
+            local = f"{100 * final_test_accuracy(local_dir):.2f}" if finished(local_dir) else "-"
             lines.append(
                 f"| {setting} | {method} | {seed} | {value_name(chosen)} | {100 * chosen_accuracy:.2f} | {best_name} | "
-                f"{100 * best_accuracy:.2f} | {regret:.2f} | {100 * spread:.2f} | {verdict} |"
+                f"{100 * best_accuracy:.2f} | {regret:.2f} | {100 * spread:.2f} | {verdict} | {local} |"
             )
     worst = max(summary, key=lambda row: row[2] - row[3]) if summary else None
     tail = ""
