@@ -282,6 +282,38 @@ def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
     return table
 
 
+def grouping_diagnostics_table(records: list[RunMetrics]) -> ReportTable | None:
+    """How well defined and how stable the groups are, read off the runs alone: what there
+    is to say about a grouping where no groups were planted (natural clients)."""
+    columns = (("refresh_silhouette", 1.0), ("refresh_ari_previous", 1.0), ("membership_entropy", 1.0))
+    grouped = [
+        r for r in records
+        if not math.isnan(r.values.get("num_groups", math.nan)) and any(not math.isnan(r.values.get(c, math.nan)) for c, _ in columns)
+    ]  # fmt: skip
+    if not grouped:
+        return None
+    table = ReportTable(
+        "Clustered methods: how defined and how stable the groups are (silhouette, refresh ARI, membership entropy)",
+        ["Setting", "Method", "Groups found (per seed)", "Silhouette", "Refresh ARI", "Membership entropy"],
+    )
+    per_column = {column: cells(grouped, column) for column, _ in columns}
+    for setting, method in sorted({(r.setting, r.method) for r in grouped}):
+        runs = sorted((r for r in grouped if (r.setting, r.method) == (setting, method)), key=lambda r: r.seed)
+        row = [Text(setting), Text(method), Text(", ".join(str(int(r.values["num_groups"])) for r in runs))]
+        for column, scale in columns:
+            cell = per_column[column].get((setting, method))
+            row.append(Text("-" if cell is None or math.isnan(cell.mean) else _with_std(cell, scale=scale)))
+        table.rows.append(row)
+    table.note = (
+        "Silhouette: of each refresh's grouping in the space the method groups in (HDC-FL: its head descriptors), "
+        "1 = tight, well separated groups, 0 = none; Refresh ARI: agreement of consecutive refreshes' groups, 1 = "
+        "unchanged (stability); both averaged over the run's refreshes. Membership entropy: mean over clients of "
+        "H(m) / log G at the final evaluation, 0 = each client in one group, 1 = uniform (soft methods). Mean ± sample "
+        "std over seeds; - where a method logs no such value."
+    )
+    return table
+
+
 def participation_table(records: list[RunMetrics]) -> ReportTable | None:
     """Under partial participation: the final round's accuracy of the clients that trained
     in it beside that of the clients that sat it out, and their difference paired by seed.
@@ -380,7 +412,7 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
         if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in tested):
             every.append(per_setting_table(tested, "ari_true", with_rank=False, with_macro=False))
         optional = (
-            clustered_table(tested), participation_table(tested), budget_table(tested), gain_table(tested),
+            clustered_table(tested), grouping_diagnostics_table(tested), participation_table(tested), budget_table(tested), gain_table(tested),
             shared_model_gain_table(tested), paired_table(tested, against or "hdcfl"), communication_table(tested),
             auto_knobs_table(tested),
         )  # fmt: skip

@@ -166,3 +166,18 @@ def test_one_cluster_per_client_is_named_with_the_value_that_did_it_in_every_tab
         assert "one cluster per client (threshold 0.001 chosen by auto)" in text
     markdown = to_markdown(tables)
     assert "[at the grid's edge (smallest value tried)]" in markdown and "0.25: 90.00 (= 0.001)" in markdown
+
+
+def test_groups_without_planted_ones_are_described_by_silhouette_stability_and_entropy():
+    """Natural clients have no planted groups: the report still says how defined and how
+    stable each clustered method's groups are."""
+    runs = []
+    for seed, (silhouette, stability, entropy) in zip((1, 2, 3), ((0.4, 0.9, 0.2), (0.5, 1.0, 0.1), (0.3, 0.8, 0.3))):
+        base = run("femnist", "hdcfl", seed, 0.8, groups=4, entropy=entropy)
+        runs.append(RunMetrics("femnist", "hdcfl", seed, {**base.values, "refresh_silhouette": silhouette, "refresh_ari_previous": stability}))
+        runs.append(run("femnist", "ifca", seed, 0.7, groups=3))
+        runs.append(run("femnist", "local", seed, 0.6))
+    markdown = to_markdown(all_tables(runs))
+    section = markdown.split("how defined and how stable the groups are")[1].split("###")[0]
+    assert "| femnist | hdcfl | 4, 4, 4 | 0.40 ± 0.10 | 0.90 ± 0.10 | 0.20 ± 0.10 |" in section
+    assert "ifca" not in section and "local" not in section
