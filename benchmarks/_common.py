@@ -21,6 +21,17 @@ from typing import Any, Mapping, Sequence
 SAMPLE_INTERVAL_S = 0.2
 
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def module_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the repository leading PYTHONPATH, so that a child
+    started as `python -m benchmarks.NAME` finds the package from the caller's working
+    directory (relative paths among its arguments keep what they meant)."""
+    python_path = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **(extra or {}), "PYTHONPATH": python_path}
+
+
 def find_cifar(explicit: str | None) -> Path | None:
     """The CIFAR-10 Parquet folder (scripts/cifar10_to_parquet.py builds one): --cifar, else
     $HDCFL_CIFAR10_PARQUET (the scenarios' variable), else $HDCFL_CIFAR10, else

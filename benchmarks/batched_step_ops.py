@@ -8,7 +8,7 @@ a step costs max(CPU time, GPU time) when nothing waits, and their sum when some
 does. So the counts say how far a GPU can be kept busy: they are the same on any
 device, which is why they are measured here, on the CPU.
 
-    python benchmarks/batched_step_ops.py [--clients 10] [--encoder resnet18_cifar|small_cnn] [--out docs/benchmarks.md]
+    python -m benchmarks.batched_step_ops [--clients 10] [--encoder resnet18_cifar|small_cnn] [--out docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks._common import append_markdown, machine_description, print_table  # noqa: E402
+from benchmarks._common import append_markdown, machine_description, print_table
 
 
 def _model(encoder: str) -> Any:
@@ -172,7 +169,7 @@ def main() -> int:
     rows = measure(args.clients, args.encoder, args.images, args.batch, args.whole_update)
     print_table(rows)
     if args.out is not None:
-        command = "python benchmarks/batched_step_ops.py " + " ".join(sys.argv[1:]).replace(f"--out {args.out}", "").strip()
+        command = "python -m benchmarks.batched_step_ops " + " ".join(sys.argv[1:]).replace(f"--out {args.out}", "").strip()
         append_markdown(args.out, f"Host operations per batched training step ({args.encoder}, batch {args.batch})", command, machine_description(), rows)
     return 0
 

@@ -10,8 +10,8 @@ gets about C / (T + busy) cores beside `busy` CPU-bound processes, so its
 fair-share slowdown is (T + busy) / C when T <= C (2.0 for the default on two
 cores beside two busy processes, 1.5 for one thread).
 
-    python benchmarks/busy_machine.py                          # 2 busy, 3 repeats
-    python benchmarks/busy_machine.py --busy 2 --repeats 5 --out docs/benchmarks.md
+    python -m benchmarks.busy_machine                          # 2 busy, 3 repeats
+    python -m benchmarks.busy_machine --busy 2 --repeats 5 --out docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
     append_markdown,
     machine_description,
     print_table,
     run_measured,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 CORES = os.cpu_count() or 1
 # (label, environment additions, --set overrides)
@@ -102,7 +101,7 @@ def main() -> None:
             args.out,
             f"A run beside {args.busy} CPU-bound processes (quickstart, {args.rounds} rounds, local backend, "
             f"median of {args.repeats} fresh processes; ratio = beside / alone)",
-            f"python benchmarks/busy_machine.py --busy {args.busy} --rounds {args.rounds} --repeats {args.repeats}",
+            f"python -m benchmarks.busy_machine --busy {args.busy} --rounds {args.rounds} --repeats {args.repeats}",
             machine_description(),
             rows,
         )

@@ -18,8 +18,8 @@ local backend. Every measurement is a fresh `hdcfl-ray simulate` process.
   shutdown) for K = 1,000, 10,000 and 100,000 training-only runs (1 round):
   setup grows with K, a round does not.
 
-    python benchmarks/cross_device.py                      # all three, 3 processes each
-    python benchmarks/cross_device.py --parts eval --repeats 1 --out docs/benchmarks.md
+    python -m benchmarks.cross_device                      # all three, 3 processes each
+    python -m benchmarks.cross_device --parts eval --repeats 1 --out docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks._common import append_markdown, machine_description, print_table, run_measured
+from hdcfl_ray.logs.table_writer import read_table
 
-from benchmarks._common import append_markdown, machine_description, print_table, run_measured  # noqa: E402
-from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 TRAIN_PER_CLIENT = 20
 TEST_PER_CLIENT = 5
@@ -166,7 +165,7 @@ def main() -> None:
     print()
     print_table(rows)
     if args.out is not None:
-        command = "python benchmarks/cross_device.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.cross_device " + " ".join(sys.argv[1:])
         title = "Cross-device scale (FedAvg, synthetic 8x8, 20/5 images per client, 10 participants, local backend)"
         append_markdown(args.out, title, command.strip(), machine_description(), rows)
 

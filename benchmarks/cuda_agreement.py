@@ -4,9 +4,9 @@ cases at a time, each worker process with its own private Ray instance; then two
 files compared case by case. A quick look at GPU-against-CPU agreement for every method
 when the whole suite (three runs a case) does not fit the time a GPU is lent:
 
-    python benchmarks/cuda_agreement.py run --gpus 0.25 --workers 4 --budget 125 --out gpu.jsonl
-    python benchmarks/cuda_agreement.py run --gpus 0 --workers 2 --out cpu.jsonl [--cases hdcfl:small_cnn,...]
-    python benchmarks/cuda_agreement.py compare gpu.jsonl cpu.jsonl
+    python -m benchmarks.cuda_agreement run --gpus 0.25 --workers 4 --budget 125 --out gpu.jsonl
+    python -m benchmarks.cuda_agreement run --gpus 0 --workers 2 --out cpu.jsonl [--cases hdcfl:small_cnn,...]
+    python -m benchmarks.cuda_agreement compare gpu.jsonl cpu.jsonl
 
 `run` writes one JSON line per case as it finishes (round-1 and round-2 mean accuracy and
 loss, the hosts' devices, seconds), and runs the cases named by --twice a second time to
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 DEFAULT_TWICE = "ditto:resnet18_cifar,hdcfl:resnet18_cifar,fedavg:resnet18_cifar"
 
@@ -87,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("")
     deadline = time.time() + args.budget
-    config = {"gpus": args.gpus, "out": str(out), "deadline": deadline, "twice": args.twice.split(",") if args.twice else [], "cpus": args.cpus}
-    workers = [subprocess.Popen([sys.executable, __file__, "_worker", json.dumps({**config, "cases": cases[i::args.workers]})],
-                                stdout=subprocess.DEVNULL, stderr=open(f"{out}.worker{i}.log", "w"))
+    config = {"gpus": args.gpus, "out": str(out.resolve()), "deadline": deadline, "twice": args.twice.split(",") if args.twice else [], "cpus": args.cpus}
+    workers = [subprocess.Popen([sys.executable, "-m", "benchmarks.cuda_agreement", "_worker", json.dumps({**config, "cases": cases[i::args.workers]})],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(f"{out}.worker{i}.log", "w"))
                for i in range(min(args.workers, len(cases)))]
     for process in workers:
         try:

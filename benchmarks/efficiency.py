@@ -10,10 +10,10 @@ simulation is timed from the start of round 1 to the end of the last round
 (server aggregation, client evaluation at the last round and logging included;
 Ray's and the process's start-up excluded, reported beside it).
 
-    python benchmarks/efficiency.py
-    python benchmarks/efficiency.py --backend ray --out docs/benchmarks.md
-    python benchmarks/efficiency.py --backend ray --runtime num_gpus_per_actor=0.25 --encoder resnet18_cifar  # a GPU machine
-    python benchmarks/efficiency.py --mode both --repeats 3  # runtime.portable's cost: both modes, taking turns
+    python -m benchmarks.efficiency
+    python -m benchmarks.efficiency --backend ray --out docs/benchmarks.md
+    python -m benchmarks.efficiency --backend ray --runtime num_gpus_per_actor=0.25 --encoder resnet18_cifar  # a GPU machine
+    python -m benchmarks.efficiency --mode both --repeats 3  # runtime.portable's cost: both modes, taking turns
 
 `--mode portable` runs the simulation with runtime.portable in a process started
 with the portable environment (the script restarts itself with it), so the plain
@@ -34,10 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks._common import append_markdown, find_cifar, machine_description, module_environment, print_table
 
-from benchmarks._common import append_markdown, find_cifar, machine_description, print_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CLIENTS = 20
 
@@ -163,17 +162,19 @@ def main() -> None:
             return
     print_table(rows)
     if args.out is not None:
-        command = "python benchmarks/efficiency.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.efficiency " + " ".join(sys.argv[1:])
         append_markdown(args.out, "Efficiency against a plain PyTorch loop (FedAvg-SE, 20 clients, CIFAR-10)", command.strip(), machine_description(), rows)
 
 
 def restart_pinned() -> None:
-    """This script again, started with the portable environment (unless it was)."""
+    """This module again, started with the portable environment (unless it was); the
+    repository leads PYTHONPATH so that `-m` finds it from any working directory (the
+    one of this process is kept: its relative --out and --cifar mean what they meant)."""
     from hdcfl_ray.portable.environment import portable_environment
     from hdcfl_ray.portable.process import unpinned_libraries
 
     if unpinned_libraries():
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], {**os.environ, **portable_environment()})
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.efficiency", *sys.argv[1:]], module_environment(portable_environment()))
 
 
 def _forwarded(*dropped: str) -> list[str]:
@@ -188,7 +189,8 @@ def _forwarded(*dropped: str) -> list[str]:
 
 def _child_row(arguments: list[str], index: int) -> dict:
     """One measurement in a fresh process."""
-    output = subprocess.run([sys.executable, __file__, *arguments, "--json"], capture_output=True, text=True, check=True).stdout
+    output = subprocess.run([sys.executable, "-m", "benchmarks.efficiency", *arguments, "--json"], env=module_environment(),
+                            capture_output=True, text=True, check=True).stdout
     row = json.loads(next(line for line in output.splitlines() if line.startswith("EFFICIENCY_ROW ")).removeprefix("EFFICIENCY_ROW "))
     print(f"run {index + 1} ({row['backend']}): efficiency {row['efficiency']:.3f} ({row['simulation_samples_per_s']:.0f} vs {row['plain_loop_samples_per_s']:.0f} samples/s)", flush=True)
     return row

@@ -10,8 +10,8 @@ peak file-backed resident memory, the time of the refresh, the size of the
 cache file, whether the four planted groups were recovered, and the float16
 error of the prototypes against a float32 cache of the same uploads.
 
-    python benchmarks/encoder_cache.py                       # K = 1000
-    python benchmarks/encoder_cache.py --clients 100 --out docs/benchmarks.md
+    python -m benchmarks.encoder_cache                       # K = 1000
+    python -m benchmarks.encoder_cache --clients 100 --out docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -24,16 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import append_markdown, machine_description, print_table  # noqa: E402
-from hdcfl_ray.contract import ModelParams, Upload  # noqa: E402
-from hdcfl_ray.algorithms.fedavg_se import FedAvgSE  # noqa: E402
-from hdcfl_ray.algorithms.hdcfl import HDCFL  # noqa: E402
-from hdcfl_ray.algorithms.hdcfl import HDCFLParams  # noqa: E402
-from hdcfl_ray.config.schema import ModelConfig  # noqa: E402
-from hdcfl_ray.diagnostics.clustering import adjusted_rand  # noqa: E402
-from hdcfl_ray.models import FlatIndex, build_split_model  # noqa: E402
+from benchmarks._common import append_markdown, machine_description, print_table
+from hdcfl_ray.contract import ModelParams, Upload
+from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
+from hdcfl_ray.algorithms.hdcfl import HDCFL
+from hdcfl_ray.algorithms.hdcfl import HDCFLParams
+from hdcfl_ray.config.schema import ModelConfig
+from hdcfl_ray.diagnostics.clustering import adjusted_rand
+from hdcfl_ray.models import FlatIndex, build_split_model
 
 GROUPS = 4
 
@@ -156,7 +154,7 @@ def main() -> None:
     rows = [{key: (f"{value:.4g}" if isinstance(value, float) else value) for key, value in result.items()}]
     print_table(rows)
     if args.out is not None:
-        command = "python benchmarks/encoder_cache.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.encoder_cache " + " ".join(sys.argv[1:])
         append_markdown(args.out, f"Encoder cache, K = {args.clients}, ResNet-18-sized encoder", command.strip(), machine_description(), rows)
 
 

@@ -20,7 +20,7 @@ its error and the next one runs:
   paper_rot_two_rounds  two rounds of scenarios/paper/c10-rot-no-pretrain.yaml on the CIFAR-10 Parquet copy
 
     bash benchmarks/gpu_check.sh                    # on the GPU machine (installs what is missing)
-    python benchmarks/gpu_check.py --dry-run        # anywhere: everything but CUDA, in about a minute
+    python -m benchmarks.gpu_check --dry-run        # anywhere: everything but CUDA, in about a minute
 
 --dry-run runs each step's code on the CPU with tiny sizes, checks that every command exists
 and every scenario loads and validates with the same overrides (GPU share 0 where a check
@@ -48,10 +48,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks._common import machine_description  # standard library only
 
-from benchmarks._common import machine_description  # noqa: E402  (standard library only)
+REPO = Path(__file__).resolve().parents[1]
 
 # seconds per step on the GPU machine and in a dry run; on the GPU the steps of one command together
 # get at most TOTAL_BUDGET_S (9 minutes), a later step only what is left of it
@@ -287,7 +286,7 @@ def step_throughput(step: Step) -> None:
 def step_paper_round(step: Step) -> None:
     """benchmarks/gpu_round.py in a process of its own, within this step's budget."""
     out = step.work / "gpu_round.json"
-    command = [sys.executable, str(REPO / "benchmarks/gpu_round.py"), "--budget", str(max(10.0, step.left() - 30)), "--out", str(out),
+    command = [sys.executable, "-m", "benchmarks.gpu_round", "--budget", str(max(10.0, step.left() - 30)), "--out", str(out),
                *(["--dry-run"] if step.dry_run else [])]
     result = run_command(command, step.left())
     measured = json.loads(out.read_text()) if out.is_file() else {}
@@ -411,7 +410,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         return 2
     began = time.time()
     total = sum(budgets.values()) if args.dry_run else TOTAL_BUDGET_S
-    report: dict[str, Any] = {"check": "hdcfl-ray gpu_check", "mode": "dry_run" if args.dry_run else "gpu", "command": " ".join(sys.argv),
+    report: dict[str, Any] = {"check": "hdcfl-ray gpu_check", "mode": "dry_run" if args.dry_run else "gpu", "command": " ".join(["python -m benchmarks.gpu_check", *sys.argv[1:]]),
                               "started": dt.datetime.now().isoformat(timespec="seconds"), "total_budget_s": total, "ok": None,
                               **{name: {"status": "pending" if name in chosen else "not_chosen", "budget_s": budgets[name],
                                         "dry_run": args.dry_run} for name in STEPS}}
@@ -423,7 +422,7 @@ def orchestrate(args: argparse.Namespace) -> int:
             if budget < 10 or no_gpu:
                 report[name].update(status="skipped", error="no CUDA GPU" if no_gpu else "out of time (9-minute total)")
             else:
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--step", name, "--step-file", f"{work}/{name}.json",
+                cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--step", name, "--step-file", f"{work}/{name}.json",
                        "--deadline", str(time.time() + budget), *(["--dry-run"] if args.dry_run else []),
                        *(["--cifar", args.cifar] if args.cifar else [])]
                 result = run_command(cmd, budget + GRACE_S)

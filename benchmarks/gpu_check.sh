@@ -113,4 +113,4 @@ fi
 
 mkdir -p "$(dirname "$out")"
 log="$(dirname "$out")/gpu_check.log"
-"$python" benchmarks/gpu_check.py --out "$out" ${args[@]+"${args[@]}"} 2>&1 | tee "$log"
+"$python" -m benchmarks.gpu_check --out "$out" ${args[@]+"${args[@]}"} 2>&1 | tee "$log"

@@ -37,8 +37,8 @@ Measured, each as far as the time budget allows (what is left out says so):
 and printed as ratios: a mode's images/s over each ceiling in its own arithmetic, and
 Ray's over the local backend's.
 
-    python benchmarks/gpu_round.py [--budget 300] [--out FILE.json]     # on a GPU machine
-    python benchmarks/gpu_round.py --dry-run                            # anywhere: every path on the CPU, tiny
+    python -m benchmarks.gpu_round [--budget 300] [--out FILE.json]     # on a GPU machine
+    python -m benchmarks.gpu_round --dry-run                            # anywhere: every path on the CPU, tiny
 
 `--dry-run` runs every measurement with tiny sizes on the CPU (a small CNN, 4 clients
 of 16 images, two loops) so that the suite can check the script without a GPU
@@ -58,10 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks._common import machine_description, print_table  # standard library only
 
-from benchmarks._common import machine_description, print_table  # noqa: E402  (standard library only)
+REPO = Path(__file__).resolve().parents[1]
 
 PAPER = REPO / "scenarios/paper/c10-rot-no-pretrain.yaml"
 ROUNDS = 3  # warm-up, training only, training + evaluation
@@ -213,7 +212,7 @@ def plain_loop_rate(arithmetic: Arithmetic, batch: int, seconds: float, dry_run:
 def concurrent_loops_rate(arithmetic: Arithmetic, loops: int, batch: int, seconds: float, dry_run: bool) -> float:
     """The summed images/s of `loops` plain loops in as many processes, started together."""
     start_at = time.time() + (15.0 if not dry_run else 8.0)  # after every process has built its model
-    command = [sys.executable, str(Path(__file__).resolve()), "--loop-child", arithmetic.name, "--batch", str(batch),
+    command = [sys.executable, "-m", "benchmarks.gpu_round", "--loop-child", arithmetic.name, "--batch", str(batch),
                "--seconds", str(seconds), "--start-at", str(start_at), *(["--dry-run"] if dry_run else [])]
     children = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO) for _ in range(loops)]
     rates = []
@@ -251,7 +250,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     run_cost = 5.0 if dry_run else 60.0
     loop_seconds = 1.0 if dry_run else 6.0
     report: dict[str, Any] = {
-        "benchmark": "gpu_round", "mode": "dry_run" if dry_run else "gpu", "command": " ".join(sys.argv),
+        "benchmark": "gpu_round", "mode": "dry_run" if dry_run else "gpu", "command": " ".join(["python -m benchmarks.gpu_round", *sys.argv[1:]]),
         "machine": machine_description(), "sizes": sizes.__dict__, "rounds": ROUNDS, "modes": {}, "ray": {},
         "ceilings": {}, "skipped": [],
     }

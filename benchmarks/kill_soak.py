@@ -20,9 +20,9 @@ private Ray instance's daemons and workers) is counted and killed, the tables ar
 read back, and the next attempt resumes. After the
 last kill the run is resumed to its end and compared with the reference.
 
-    python benchmarks/kill_soak.py                              # 6 kills x 4 cases
-    python benchmarks/kill_soak.py --kills 3 --cases local:sync  # a quick check
-    python benchmarks/kill_soak.py --out docs/reliability.md     # append the table
+    python -m benchmarks.kill_soak                              # 6 kills x 4 cases
+    python -m benchmarks.kill_soak --kills 3 --cases local:sync  # a quick check
+    python -m benchmarks.kill_soak --out docs/reliability.md     # append the table
 
 The scenarios are scenarios/quickstart.yaml (sync) and scenarios/async_fedasync.yaml
 (async), shrunk with --set so that a case takes minutes on a laptop: 8 clients,
@@ -46,12 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks._common import _tree_pids, append_markdown, machine_description, print_table
+from hdcfl_ray.logs.schemas import TABLE_SCHEMAS
+from hdcfl_ray.logs.table_writer import read_table
 
-from benchmarks._common import _tree_pids, append_markdown, machine_description, print_table  # noqa: E402
-from hdcfl_ray.logs.schemas import TABLE_SCHEMAS  # noqa: E402
-from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SCENARIOS = {"sync": REPO / "scenarios" / "quickstart.yaml", "async": REPO / "scenarios" / "async_fedasync.yaml"}
 SMALL = [  # both modes: small enough that a kill-and-resume cycle takes seconds
@@ -387,7 +386,7 @@ def main() -> None:
     wall = sum(result.wall_s for result in results)
     print(f"{total} kills tried, {identical} followed by a resume identical to the uninterrupted run; {wall / 60:.1f} min in all")
     if args.out:
-        command = "python benchmarks/kill_soak.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.kill_soak " + " ".join(sys.argv[1:])
         append_markdown(args.out, f"Kill soak: {total} kills tried / {identical} identical", command, machine_description(), rows)
     if any(result.problems for result in results):
         raise SystemExit(1)

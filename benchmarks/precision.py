@@ -5,8 +5,8 @@ other; the table gives per variant the median wall time, its ratio to fp32's,
 and the final mean client accuracy (mean +- std over the seeds, and per seed),
 so an accuracy effect can be read against fp32's seed spread.
 
-    python benchmarks/precision.py                                   # quickstart, seeds 42 123 2026
-    python benchmarks/precision.py --scenario scenarios/cpu/cpu-c10-ls3.yaml \\
+    python -m benchmarks.precision                                   # quickstart, seeds 42 123 2026
+    python -m benchmarks.precision --scenario scenarios/cpu/cpu-c10-ls3.yaml \\
         --set algorithm.name=hdcfl --out docs/benchmarks.md            # needs HDCFL_CIFAR10_PARQUET
 """
 
@@ -18,16 +18,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
     append_markdown,
     machine_description,
     print_table,
     run_measured,
 )
-from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
+from hdcfl_ray.logs.table_writer import read_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 VARIANTS: dict[str, list[str]] = {
     "fp32": ["runtime.precision=fp32"],
@@ -86,7 +85,7 @@ def main() -> None:
         append_markdown(
             args.out,
             f"Mixed precision and memory layout: {args.scenario.name}{sets}, seeds {' '.join(map(str, args.seeds))}",
-            f"python benchmarks/precision.py --scenario {args.scenario.relative_to(REPO) if args.scenario.is_absolute() else args.scenario}{sets}",
+            f"python -m benchmarks.precision --scenario {args.scenario.relative_to(REPO) if args.scenario.is_absolute() else args.scenario}{sets}",
             machine_description(),
             rows,
         )

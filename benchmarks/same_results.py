@@ -7,7 +7,7 @@ client) and prints, per method, whether they are identical and the final mean
 accuracy of both, so a change that is meant to move results (a new seed stream)
 can be judged against the seed spread.
 
-    python benchmarks/same_results.py --before 0f76479 --after HEAD \\
+    python -m benchmarks.same_results --before 0f76479 --after HEAD \\
         --scenario scenarios/quickstart.yaml --algorithms all --seeds 42 --set protocol.rounds=10
 
 `--after WORKTREE` (the default) runs the working tree as it is. Runs use the

@@ -7,8 +7,8 @@ time should grow no faster. Each K runs `hdcfl-ray simulate` as a fresh process
 rounds 2 and 3; the refresh time is the server's aggregation time of a refresh
 round (rounds.parquet `aggregate_s`).
 
-    python benchmarks/scale.py                          # K = 10, 100, 1000
-    python benchmarks/scale.py --clients 10 100 --backend ray --out docs/benchmarks.md
+    python -m benchmarks.scale                          # K = 10, 100, 1000
+    python -m benchmarks.scale --clients 10 100 --backend ray --out docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks._common import append_markdown, machine_description, print_table, run_measured
+from hdcfl_ray.logs.table_writer import read_table
 
-from benchmarks._common import append_markdown, machine_description, print_table, run_measured  # noqa: E402
-from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def scenario(clients: int, samples_per_client: int, backend: str, out_dir: Path) -> dict:
@@ -91,7 +90,7 @@ def main() -> None:
     print()
     print_table(rows)
     if args.out is not None:
-        command = "python benchmarks/scale.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.scale " + " ".join(sys.argv[1:])
         append_markdown(args.out, "Scale curve (HDC-FL, small CNN, synthetic 16x16 data)", command.strip(), machine_description(), rows)
 
 

@@ -11,8 +11,8 @@ wall time, the round's aggregation time, and the peak PSS summed over every
 process of the run (driver, Ray daemons, server and host actors; the object
 store's shared memory counted once).
 
-    python benchmarks/streaming_round.py                       # K = 1000
-    python benchmarks/streaming_round.py --clients 100 --method fedavg --out docs/benchmarks.md
+    python -m benchmarks.streaming_round                       # K = 1000
+    python -m benchmarks.streaming_round --clients 100 --method fedavg --out docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -25,16 +25,15 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
     append_markdown,
     machine_description,
     print_table,
     run_measured,
 )
-from hdcfl_ray.logs.table_writer import read_table  # noqa: E402
+from hdcfl_ray.logs.table_writer import read_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def scenario(clients: int, samples: int, method: str, out_dir: Path) -> dict:
@@ -90,7 +89,7 @@ def main() -> None:
         append_markdown(
             args.out,
             f"Streaming aggregation: one full-participation round, {args.clients} ResNet-18 clients on Ray",
-            f"python benchmarks/streaming_round.py --clients {args.clients} --method {args.method} --object-store-gb {args.object_store_gb}",
+            f"python -m benchmarks.streaming_round --clients {args.clients} --method {args.method} --object-store-gb {args.object_store_gb}",
             machine_description(),
             [row],
         )

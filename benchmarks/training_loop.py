@@ -6,28 +6,23 @@ batch 32), and 20 calls of hdcfl-ray's `train_locally` on 500-image slices (what
 20 clients do in a round). Equal times mean the simulator's per-client loop adds
 nothing; any gap in `efficiency.py` then lies outside it.
 
-    python benchmarks/training_loop.py [--cifar PATH]
+    python -m benchmarks.training_loop [--cifar PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.efficiency import cifar_path  # noqa: E402
-from hdcfl_ray.config.schema import DatasetConfig, ModelConfig, OptimizerConfig  # noqa: E402
-from hdcfl_ray.data.sources import load_dataset  # noqa: E402
-from hdcfl_ray.data.transforms import to_float_batch  # noqa: E402
-from hdcfl_ray.models import build_split_model  # noqa: E402
-from hdcfl_ray.training.local_training import client_generator, train_locally  # noqa: E402
+from benchmarks.efficiency import cifar_path
+from hdcfl_ray.config.schema import DatasetConfig, ModelConfig, OptimizerConfig
+from hdcfl_ray.data.sources import load_dataset
+from hdcfl_ray.data.transforms import to_float_batch
+from hdcfl_ray.models import build_split_model
+from hdcfl_ray.training.local_training import client_generator, train_locally
 
 CLIENTS = 20
 

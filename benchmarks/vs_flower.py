@@ -1,6 +1,6 @@
 """The same FedAvg workload on Flower's Ray simulation and on hdcfl-ray, side by side.
 
-    python benchmarks/vs_flower.py [--workload overhead|compute|both] [--flower-venv .venv-flower]
+    python -m benchmarks.vs_flower [--workload overhead|compute|both] [--flower-venv .venv-flower]
                                    [--backends local ray local-portable ray-portable] [--repeats 3]
                                    [--out docs/benchmarks.md] [--quick] [--cifar PATH]
 
@@ -38,8 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Measured, append_markdown, find_cifar, machine_description, print_table, run_measured  # noqa: E402
+from benchmarks._common import Measured, append_markdown, find_cifar, machine_description, print_table, run_measured
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FLOWER_APP = REPO_ROOT / "benchmarks" / "flower_app.py"
@@ -298,7 +297,7 @@ def main() -> int:
     for line in portable_costs(rows):
         print(line)
     if args.out:
-        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+        command = " ".join(["python -m benchmarks.vs_flower", *(shlex.quote(a) for a in sys.argv[1:])])
         title = "hdcfl-ray vs Flower, FedAvg" + (" (quick)" if args.quick else "")
         append_markdown(args.out, title, command, machine, rows)
         print(f"appended to {args.out}")

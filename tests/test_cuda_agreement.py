@@ -4,15 +4,11 @@ the cuda suite's tolerances, and a case name it does not know stops it before an
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import cuda_agreement  # noqa: E402
+from benchmarks import cuda_agreement
 
 
 def _write(path: Path, records: list[dict]) -> str:

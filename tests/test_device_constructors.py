@@ -1,5 +1,5 @@
 """No tensor is born on the wrong device: in the modules that run on a client host
-(its runtime, the methods, the models), every torch constructor names its device.
+(its runtime, the training loops, the methods, the models), every torch constructor names its device.
 
 A constructor without `device=` makes a CPU tensor; on a CUDA host that is either
 a crash when it meets a GPU tensor or a silent host-device copy every call. The
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hdcfl_ray"
-CLIENT_SIDE = [PACKAGE / "runtime" / "client", PACKAGE / "algorithms", PACKAGE / "models"]
+CLIENT_SIDE = [PACKAGE / "runtime" / "client", PACKAGE / "training", PACKAGE / "algorithms", PACKAGE / "models"]
 CONSTRUCTORS = {"tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm"}
 # (module relative to hdcfl_ray, enclosing function, constructor): why it is meant for the CPU
 ALLOWED = {

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from benchmarks import gpu_check
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import gpu_check  # noqa: E402
-
 STEPS = ["machine", "cuda_tests", "throughput", "paper_round", "bit_identity", "paper_rot_two_rounds"]
 
 
@@ -62,7 +60,7 @@ def test_dry_run_writes_every_step(tmp_path: Path) -> None:
 
 def test_unknown_step_is_bad_use(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--dry-run", "--steps", "machine,nope", "--out", str(tmp_path / "x.json")],
+        [sys.executable, "-m", "benchmarks.gpu_check", "--dry-run", "--steps", "machine,nope", "--out", str(tmp_path / "x.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and "nope" in completed.stderr

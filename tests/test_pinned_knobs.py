@@ -10,7 +10,7 @@ import pytest
 
 import hdcfl_ray
 from hdcfl_ray.config.loading import load_scenario
-from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint, pinned_knob_notices
+from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint, data_setting_keys, pinned_knob_notices
 from hdcfl_ray.runtime.driver import prepare_run
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
@@ -49,3 +49,12 @@ def test_the_manifest_records_a_knob_pinned_for_another_setting(tmp_path: Path) 
     assert any("was chosen for another setting" in notice for notice in run.notices)
     (pinned,) = run.manifest["pinned_for_another_setting"]
     assert pinned["key"] == "algorithm.pacfl.threshold" and pinned["this_setting"] == run.manifest["data_setting"]
+
+
+def test_keys_left_at_their_defaults_stay_out_so_a_new_schema_field_keeps_stored_fingerprints() -> None:
+    scenario = load_scenario(QUICKSTART)
+    keys = data_setting_keys(scenario)
+    assert keys and "partition.partition_by" not in keys and "dataset.sequence_length" not in keys
+    written_out = load_scenario(QUICKSTART, ["partition.ids_per_client=1", "dataset.sequence_length=80"])
+    assert data_setting_fingerprint(written_out) == data_setting_fingerprint(scenario)
+    assert data_setting_fingerprint(load_scenario(QUICKSTART, ["model.width=32"])) != data_setting_fingerprint(scenario)

@@ -7,13 +7,17 @@ setting differs says so when it starts, suggests `auto`, and its manifest record
 
 The data setting is what a chosen value depends on: the dataset, the partition (its
 held-out share aside) and the model; not the method's other knobs, the protocol's
-length or how the run executes."""
+length or how the run executes. Only the keys a scenario sets away from the schema's
+defaults enter the fingerprint: two scenarios still agree exactly when their settings do,
+and a field the schema gains later (at a default that keeps the old behaviour) leaves
+every stored `chosen_for` valid."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from hdcfl_ray.config.fingerprint import keys_fingerprint, setting_keys
+from hdcfl_ray.config.safe_keys import flatten
 from hdcfl_ray.config.schema import Scenario, method_params
 
 DATA_SETTING_PREFIXES = ("dataset.", "partition.", "model.")
@@ -23,11 +27,18 @@ NOT_DATA_SETTING = frozenset({"partition.validation_fraction", "dataset.path"})
 
 
 def data_setting_keys(scenario: Scenario) -> dict[str, Any]:
+    """The dataset, partition and model keys the scenario sets away from their defaults."""
+    defaults = _schema_defaults(scenario)
     return {
         key: value
         for key, value in setting_keys(scenario).items()
-        if key.startswith(DATA_SETTING_PREFIXES) and key not in NOT_DATA_SETTING
+        if key.startswith(DATA_SETTING_PREFIXES) and key not in NOT_DATA_SETTING and (key not in defaults or defaults[key] != value)
     }
+
+
+def _schema_defaults(scenario: Scenario) -> dict[str, Any]:
+    sections = {prefix.rstrip("."): type(getattr(scenario, prefix.rstrip(".")))().model_dump(mode="json") for prefix in DATA_SETTING_PREFIXES}
+    return flatten(sections)
 
 
 def data_setting_fingerprint(scenario: Scenario) -> str:
