@@ -20,13 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks._common import append_markdown, machine_description, print_table
-
-
-def _model(encoder: str) -> Any:
-    from hdcfl_ray.config.schema import ModelConfig
-    from hdcfl_ray.models import build_split_model
-
-    return build_split_model(ModelConfig(encoder=encoder), in_channels=3, num_classes=10, seed=0)
+from benchmarks._workload import cifar_clients, cifar_model
 
 
 def _top_level_ops(run: Callable[[], None]) -> int:
@@ -50,9 +44,8 @@ def measure(clients: int, encoder: str, images: int, batch: int, whole_update: b
 
     torch.set_num_threads(1)
     sgd = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
-    base = _model(encoder)
-    generator = torch.Generator().manual_seed(0)
-    data = [(torch.randn(images, 3, 32, 32, generator=generator), torch.randint(0, 10, (images,), generator=generator)) for _ in range(clients)]
+    base = cifar_model(encoder)
+    data = cifar_clients(clients, images)
     steps = -(-images // batch)
     requests = [
         TrainRequest(model=copy.deepcopy(base), inputs=x, labels=y, epochs=1, batch_size=batch, optimizer_config=sgd,
@@ -110,10 +103,8 @@ def device_profile(device: str, clients: int, encoder: str, images: int, batch: 
     from hdcfl_ray.runtime.client.batched_training import TrainRequest, train_together
 
     sgd = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
-    base = _model(encoder).to(device)
-    generator = torch.Generator().manual_seed(0)
-    data = [(torch.randn(images, 3, 32, 32, generator=generator).to(device), torch.randint(0, 10, (images,), generator=generator).to(device))
-            for _ in range(clients)]  # fmt: skip
+    base = cifar_model(encoder, device)
+    data = cifar_clients(clients, images, device=device)
     steps = -(-images // batch)
 
     def requests() -> list[TrainRequest]:

@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import append_markdown, machine_description, print_table
+from benchmarks._workload import cifar_model
 from hdcfl_ray.contract import ModelParams, Upload
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
 from hdcfl_ray.algorithms.hdcfl import HDCFL
 from hdcfl_ray.algorithms.hdcfl import HDCFLParams
-from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.diagnostics.clustering import adjusted_rand
-from hdcfl_ray.models import FlatIndex, build_split_model
+from hdcfl_ray.models import FlatIndex
 
 GROUPS = 4
 
@@ -66,7 +66,7 @@ class MemoryWatch:
 
 
 def resnet18_lengths() -> tuple[int, int]:
-    model = build_split_model(ModelConfig(encoder="resnet18_cifar"), in_channels=3, num_classes=10, seed=0)
+    model = cifar_model("resnet18_cifar")
     return FlatIndex.of(model.encoder).total_size, FlatIndex.of(model.head).total_size
 
 

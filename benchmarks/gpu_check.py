@@ -222,9 +222,9 @@ def step_throughput(step: Step) -> None:
     import warnings
 
     import torch
-    from hdcfl_ray.config.schema import ModelConfig, RuntimeConfig
+    from benchmarks._workload import cifar_clients, cifar_model
+    from hdcfl_ray.config.schema import RuntimeConfig
     from hdcfl_ray.contract import OptimizerConfig
-    from hdcfl_ray.models import build_split_model
     from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
     from hdcfl_ray.training.local_training import train_locally
     from hdcfl_ray.training.precision import autocast
@@ -234,9 +234,7 @@ def step_throughput(step: Step) -> None:
     device = choose_device(runtime)
     configure_cuda(runtime, device)
     images, batch, warmup = (8, 4, 1) if step.dry_run else (10_000, 32, 20)
-    generator = torch.Generator().manual_seed(0)
-    inputs = torch.rand(images, 3, 32, 32, generator=generator).to(device)
-    labels = torch.randint(0, 10, (images,), generator=generator).to(device)
+    ((inputs, labels),) = cifar_clients(1, images, device=device, uniform=True)
     config = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
@@ -267,7 +265,7 @@ def step_throughput(step: Step) -> None:
             for name, loop in (("plain", plain), ("project", project)):
                 if step.left() < 5:
                     raise TimeoutError("skipped: out of time")
-                model = build_split_model(ModelConfig(**ENCODERS[encoder]), in_channels=3, num_classes=10, seed=0).to(device)
+                model = cifar_model(ENCODERS[encoder], device)
                 loop(model, inputs[: warmup * batch], labels[: warmup * batch], precision)
                 sync()
                 started = time.perf_counter()

@@ -166,8 +166,8 @@ def plain_loop_rate(arithmetic: Arithmetic, batch: int, seconds: float, dry_run:
     paper's model at `batch` in `arithmetic`, over about `seconds` after warm-up."""
     import torch
 
-    from hdcfl_ray.config.schema import ModelConfig, RuntimeConfig
-    from hdcfl_ray.models import build_split_model
+    from benchmarks._workload import cifar_model
+    from hdcfl_ray.config.schema import RuntimeConfig
     from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
 
     sizes = DRY_SIZES if dry_run else paper_sizes(2500)
@@ -175,7 +175,7 @@ def plain_loop_rate(arithmetic: Arithmetic, batch: int, seconds: float, dry_run:
                             cuda_deterministic=arithmetic.deterministic)
     device = choose_device(runtime)
     configure_cuda(runtime, device)
-    model = build_split_model(ModelConfig(**sizes.model), in_channels=3, num_classes=10, seed=0).to(device)
+    model = cifar_model(sizes.model, device)
     memory_format = torch.channels_last if arithmetic.channels_last else torch.contiguous_format
     model.encoder.to(memory_format=memory_format)
     pool = 64 * batch if not dry_run else 4 * batch
