@@ -454,7 +454,7 @@ def calibrate(
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write the calibration table (Markdown) to this file."),
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Runs at once (default: as for sweep)."),
     validation_fraction: float = typer.Option(
-        0.2, "--validation-fraction", help="Share of each client's training images held out and scored to choose the value."
+        0.2, "--validation-fraction", help="Share of each client's training samples held out and scored to choose the value."
     ),
     oracle: bool = typer.Option(
         False, "--oracle", help="Score on the test set instead (labelled oracle; the table then chooses no value)."

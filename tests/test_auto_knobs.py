@@ -123,7 +123,7 @@ def test_a_grid_value_the_run_cannot_use_is_skipped_with_a_note(tmp_path: Path) 
 
 def test_a_partition_that_cannot_spare_the_held_out_images_stops_before_anything_runs(tmp_path: Path) -> None:
     scenario = small(tmp_path, "ifca", {"clusters": "auto"}, partition={"kind": "iid", "num_clients": 300, "test_per_client": 1})
-    with pytest.raises(ScenarioError, match=r"algorithm.ifca.clusters: auto is chosen on 0.2 of each client's training images held out, "
+    with pytest.raises(ScenarioError, match=r"algorithm.ifca.clusters: auto is chosen on 0.2 of each client's training samples held out, "
                        r"which this partition cannot spare .*give it a value"):
         prepare_run(build_scenario(scenario))
 

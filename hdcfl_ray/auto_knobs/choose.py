@@ -177,7 +177,7 @@ def _choose_knob(
            else f"{len(knob.candidates)} runs (values that give the same run run once)")  # fmt: skip
     notify(
         f"{knob.key}: auto: choosing among {', '.join(f'{value:g}' for value in knob.candidates)}{shown_held}: "
-        f"{how} of {plan.rounds} rounds, scored on a {plan.validation_fraction:g} share of each client's training images held out"
+        f"{how} of {plan.rounds} rounds, scored on a {plan.validation_fraction:g} share of each client's training samples held out"
     )
     candidates = _Candidates(scenario, plan, knob, declared, held, entry, run, probe)
 

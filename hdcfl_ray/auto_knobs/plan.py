@@ -62,7 +62,7 @@ class AutoPlan:
                 runs += " (values that give the same run run once)"
             lines.append(
                 f"{knob.key}: auto: chosen before the run among {values}{skipped}, {runs}, on a "
-                f"{self.validation_fraction:g} share of each client's training images held out (never the test set)"
+                f"{self.validation_fraction:g} share of each client's training samples held out (never the test set)"
             )
         return lines
 
@@ -199,6 +199,6 @@ def check_validation_split(scenario: Scenario, plan: AutoPlan, dataset: Any) -> 
     except (ScenarioError, ValueError) as error:
         keys = ", ".join(knob.key for knob in plan.knobs)
         raise ScenarioError(
-            f"{keys}: auto is chosen on {plan.validation_fraction:g} of each client's training images held out, "
+            f"{keys}: auto is chosen on {plan.validation_fraction:g} of each client's training samples held out, "
             f"which this partition cannot spare ({error}); give {'it a value' if len(plan.knobs) == 1 else 'them values'}"
         ) from None
