@@ -20,6 +20,10 @@ regret is at most that spread.
 
     python studies/auto_knob_regret.py [--out runs/auto-regret] [--methods pacfl,ifca,...] [--seeds 61,62,63]
         [--part fixed|choice|report|all] [--report docs/auto-knob-regret.md]
+        [--round-share 1 --only SETTING:METHOD:SEED,...]   # the full-schedule probe
+
+The probe's out folder links the fixed runs (`ln -s ../auto-regret/fixed runs/auto-regret-full/fixed`)
+and makes only the choices named.
 
 Every run is resumable: a finished run folder is reused, so the study can be stopped and
 started again. Runs are in the portable mode (the same bits on every x86-64 machine).
@@ -125,9 +129,9 @@ def run_fixed(out: Path, methods: list[str], seeds: list[int]) -> None:
               f"{100 * final_test_accuracy(run_dir):.2f}% (about {rate * (len(todo) - position) / 60:.0f} min left)", flush=True)
 
 
-def run_choices(out: Path, methods: list[str], seeds: list[int]) -> None:
+def run_choices(out: Path, methods: list[str], seeds: list[int], only: set[tuple[str, str, int]] | None = None) -> None:
     """The auto choice of each setting, method and seed, as a run makes it (its candidates
-    and its record land in out/choice/)."""
+    and its record land in out/choice/); with `only`, just those (setting, method, seed)."""
     from hdcfl_ray.api import resolve_scenario
     from hdcfl_ray.auto_knobs.choose import choose_auto_knobs
     from hdcfl_ray.auto_knobs.plan import auto_plan
@@ -135,7 +139,7 @@ def run_choices(out: Path, methods: list[str], seeds: list[int]) -> None:
 
     for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
         record_path = out / "choice" / setting / method / f"seed{seed}.json"
-        if record_path.is_file():
+        if record_path.is_file() or (only is not None and (setting, method, seed) not in only):
             continue
         knobs = {f"algorithm.{method}.{key}": "auto" for key in grids(method, 20)}
         scenario = resolve_scenario(BASE, {**overrides(setting, method, seed, {}, out), **knobs})
@@ -218,6 +222,9 @@ def main() -> int:
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument("--part", choices=["fixed", "choice", "report", "all"], default="all")
     parser.add_argument("--report", type=Path, default=None, help="write the table here too")
+    parser.add_argument("--round-share", type=float, default=None,
+                        help="candidates run this share of the run's rounds (the rule's own is 0.4; 1 = the whole schedule)")
+    parser.add_argument("--only", default=None, help="choices to make, e.g. digits-ls2:fedce:61,digits-dir0.1:pacfl:62")
     args = parser.parse_args()
     methods = [name for name in args.methods.split(",") if name]
     seeds = [int(seed) for seed in args.seeds.split(",")]
@@ -225,8 +232,15 @@ def main() -> int:
         _pin_this_process()
     if args.part in ("fixed", "all"):
         run_fixed(args.out, methods, seeds)
+    if args.round_share is not None:
+        import hdcfl_ray.auto_knobs.plan as plan
+
+        plan.ROUNDS_SHARE = args.round_share
+    only = None
+    if args.only:
+        only = {(setting, method, int(seed)) for setting, method, seed in (case.split(":") for case in args.only.split(","))}
     if args.part in ("choice", "all"):
-        run_choices(args.out, methods, seeds)
+        run_choices(args.out, methods, seeds, only)
     table = report(args.out, methods, seeds)
     print(table)
     if args.report is not None:
