@@ -34,3 +34,22 @@ def cifar_clients(clients: int, images: int, seed: int = 0, device: torch.device
         labels = torch.randint(0, CIFAR_CLASSES, (images,), generator=generator)
         data.append((inputs.to(device), labels.to(device)))
     return data
+
+
+def plain_epochs(model: Any, inputs: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer, batch_size: int, epochs: int) -> int:
+    """The plain PyTorch loop the simulations are compared with: `epochs` passes over
+    (inputs, labels) in a seeded order (seed 0, drawn on the CPU, moved to the inputs'
+    device), cross-entropy through the split model, one optimizer step per batch.
+    Returns the samples trained; the caller times it (and synchronises a GPU)."""
+    generator = torch.Generator().manual_seed(0)
+    samples = 0
+    for _ in range(epochs):
+        order = torch.randperm(inputs.shape[0], generator=generator).to(inputs.device)
+        for start in range(0, inputs.shape[0], batch_size):
+            batch = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model.head(model.encoder(inputs[batch])), labels[batch])
+            loss.backward()
+            optimizer.step()
+            samples += int(batch.shape[0])
+    return samples

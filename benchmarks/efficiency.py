@@ -86,9 +86,9 @@ def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
     """Samples per second of one process training the same model on the same images."""
     import torch
 
+    from benchmarks._workload import plain_epochs
     from hdcfl_ray.data.transforms import to_float_batch
     from hdcfl_ray.models import build_split_model
-
     from hdcfl_ray.runtime.client.device import choose_device, configure_cuda
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -102,18 +102,8 @@ def plain_loop(prepared, rounds: int, batch_size: int) -> tuple[float, int]:
     labels = torch.as_tensor(dataset.train_labels, dtype=torch.long, device=device)
     parameters = [*model.encoder.parameters(), *model.head.parameters()]
     optimizer = torch.optim.SGD(parameters, lr=0.05, momentum=0.9, weight_decay=5.0e-4)
-    generator = torch.Generator().manual_seed(0)
-    samples = 0
     started = time.perf_counter()
-    for _ in range(rounds):
-        order = torch.randperm(inputs.shape[0], generator=generator).to(device)
-        for start in range(0, inputs.shape[0], batch_size):
-            batch = order[start : start + batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model.head(model.encoder(inputs[batch])), labels[batch])
-            loss.backward()
-            optimizer.step()
-            samples += int(batch.shape[0])
+    samples = plain_epochs(model, inputs, labels, optimizer, batch_size, rounds)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return samples / (time.perf_counter() - started), samples

@@ -63,6 +63,7 @@ def plain_loop(rounds: int, threads: int | None = None) -> dict[str, Any]:
     """The same model, windows, batch size and optimizer in one loop over all of them."""
     import torch
 
+    from benchmarks._workload import plain_epochs
     from hdcfl_ray.data.transforms import to_float_batch
     from hdcfl_ray.models import build_split_model
 
@@ -77,18 +78,8 @@ def plain_loop(rounds: int, threads: int | None = None) -> dict[str, Any]:
     settings = scenario.protocol.optimizer
     optimizer = torch.optim.SGD([*model.encoder.parameters(), *model.head.parameters()], lr=settings.lr, momentum=settings.momentum)
     batch_size = scenario.protocol.batch_size
-    generator = torch.Generator().manual_seed(0)
-    samples = 0
     started = time.perf_counter()
-    for _ in range(rounds * scenario.protocol.local_epochs):
-        order = torch.randperm(inputs.shape[0], generator=generator)
-        for start in range(0, inputs.shape[0], batch_size):
-            batch = order[start : start + batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model.head(model.encoder(inputs[batch])), labels[batch])
-            loss.backward()
-            optimizer.step()
-            samples += int(batch.shape[0])
+    samples = plain_epochs(model, inputs, labels, optimizer, batch_size, rounds * scenario.protocol.local_epochs)
     return {"samples": samples, "samples_per_s": samples / (time.perf_counter() - started)}
 
 
