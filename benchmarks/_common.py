@@ -36,9 +36,8 @@ def find_cifar(explicit: str | None) -> Path | None:
     """The CIFAR-10 Parquet folder (scripts/cifar10_to_parquet.py builds one): --cifar, else
     $HDCFL_CIFAR10_PARQUET (the scenarios' variable), else $HDCFL_CIFAR10, else
     data/cifar10-parquet in the repository, else shared/data/cifar10-jpeg beside the clone."""
-    repository = Path(__file__).resolve().parents[1]
     candidates = [explicit, os.environ.get("HDCFL_CIFAR10_PARQUET"), os.environ.get("HDCFL_CIFAR10"),
-                  repository / "data" / "cifar10-parquet", repository.parent / "shared" / "data" / "cifar10-jpeg"]
+                  REPOSITORY / "data" / "cifar10-parquet", REPOSITORY.parent / "shared" / "data" / "cifar10-jpeg"]
     for candidate in (Path(c) for c in candidates if c):
         if (candidate / "train.parquet").is_file():
             return candidate.resolve()
@@ -242,7 +241,7 @@ def table_provenance(repo: Path | None = None) -> str:
     """One line for the foot of a written table: the commit, CPU, torch and Ray it was made with."""
     from hdcfl_ray.logs.manifest import git_dirty, git_revision
 
-    root = repo or Path(__file__).resolve().parents[1]
+    root = repo or REPOSITORY
     revision = git_revision(root)
     commit = revision[:10] if revision else "unrecorded"
     commit += " (with uncommitted changes)" if git_dirty(root) else ""

@@ -36,8 +36,6 @@ from pathlib import Path
 
 from benchmarks._common import append_markdown, find_cifar, machine_description, module_environment, print_table
 
-REPO = Path(__file__).resolve().parents[1]
-
 CLIENTS = 20
 
 

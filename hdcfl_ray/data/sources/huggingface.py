@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.decode import decode_images
 from hdcfl_ray.data.sources.holdout import stratified_holdout
-from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums, id_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_split_ids, file_checksums, id_holdout
 from hdcfl_ray.data.sources.parquet_images import RowSelector, _encoded_images, _labels
 from hdcfl_ray.errors import ScenarioError
 
@@ -79,9 +79,9 @@ def load_huggingface(
     test = train if config.test_split is None else splits[config.test_split]
     ids = None
     if id_column is not None:
-        owners = train.table.column(id_column).to_pylist() + ([] if test is train else test.table.column(id_column).to_pylist())
-        codes, names = encode_ids(owners, id_column, str(train.where))
-        ids = (codes[: train.table.num_rows], codes[: train.table.num_rows] if test is train else codes[train.table.num_rows :])
+        test_owners = [] if test is train else test.table.column(id_column).to_pylist()
+        train_codes, test_codes, names = encode_split_ids(train.table.column(id_column).to_pylist(), test_owners, id_column, str(train.where))
+        ids = (train_codes, train_codes if test is train else test_codes)
     if config.test_split is None:
         if ids is None:
             train_rows, test_rows = stratified_holdout(train_labels, config.test_fraction, seed)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hdcfl_ray.data.dataset import ImageDataset
-from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums, id_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_ids, encode_split_ids, file_checksums, id_holdout
 from hdcfl_ray.data.sources.text import CLASSES as TEXT_CLASSES
 from hdcfl_ray.data.sources.text import character_ids
 from hdcfl_ray.errors import ScenarioError
@@ -112,8 +112,7 @@ def load_leaf(config: "DatasetConfig", seed: int, id_column: str | None = None) 
     if "test" in splits:
         test_x, test_y, test_owners = _samples(splits["test"], config)
         test_images, test_labels = convert(test_x, test_y, str(path / "test"))
-        codes, names = encode_ids([*train_owners, *test_owners], "users", str(path))
-        train_ids, test_ids = codes[: len(train_owners)], codes[len(train_owners) :]
+        train_ids, test_ids, names = encode_split_ids(train_owners, test_owners, "users", str(path))
     else:
         train_ids, names = encode_ids(train_owners, "users", str(path))
         # LEAF's sample split: each user holds out test_fraction of its own samples

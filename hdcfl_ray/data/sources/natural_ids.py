@@ -29,6 +29,15 @@ def encode_ids(values: Sequence[object], column: str, where: str) -> tuple[np.nd
     return codes.astype(np.int64), tuple(str(name) for name in unique)
 
 
+def encode_split_ids(
+    train_owners: Sequence[object], test_owners: Sequence[object], column: str, where: str
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """`encode_ids` over both splits at once, so an id in both has one code: (train codes,
+    test codes, names)."""
+    codes, names = encode_ids([*train_owners, *test_owners], column, where)
+    return codes[: len(train_owners)], codes[len(train_owners) :], names
+
+
 def id_holdout(ids: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train rows, test rows), sorted: each id holds out a seeded round(test_fraction x
     its samples) of its own samples, keeping at least one for training (an id with one

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.decode import ImageSource, decode_images
-from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums
+from hdcfl_ray.data.sources.natural_ids import encode_split_ids, file_checksums
 from hdcfl_ray.errors import ScenarioError
 
 CLASSES_METADATA_KEY = b"classes"
@@ -49,8 +49,8 @@ def load_parquet_images(
     test_images, test_labels, test_largest, _, test_owners = _read_table(test_path, image_column, label_column, select_test, id_column)
     ids: dict[str, object] = {}
     if id_column is not None:
-        codes, names = encode_ids([*train_owners, *test_owners], id_column, str(train_path))
-        ids = {"train_ids": codes[: len(train_owners)], "test_ids": codes[len(train_owners) :], "id_names": names}
+        train_ids, test_ids, names = encode_split_ids(train_owners, test_owners, id_column, str(train_path))
+        ids = {"train_ids": train_ids, "test_ids": test_ids, "id_names": names}
     if train_images.shape[1:] != test_images.shape[1:]:
         raise ScenarioError(
             f"dataset.path: {train_path} holds images of shape {train_images.shape[1:]} but {test_path} "

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.huggingface import data_files, hub_splits, local_splits
-from hdcfl_ray.data.sources.natural_ids import encode_ids, file_checksums, id_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_ids, encode_split_ids, file_checksums, id_holdout
 from hdcfl_ray.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -151,8 +151,7 @@ def load_text(config: "DatasetConfig", seed: int, id_column: str | None = None) 
         test_samples, test_labels, test_owners = _windows(config, tables[config.test_split], test_where, id_column)
         train_ids = test_ids = None
         if id_column is not None:
-            codes, names = encode_ids([*train_owners, *test_owners], id_column, where)
-            train_ids, test_ids = codes[: len(train_owners)], codes[len(train_owners) :]
+            train_ids, test_ids, names = encode_split_ids(train_owners, test_owners, id_column, where)
     return ImageDataset(
         name=Path(config.path).name if config.path is not None else str(config.hub_id),
         train_images=train_samples[:, :, None, None],
