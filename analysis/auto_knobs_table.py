@@ -1,5 +1,6 @@
 """The report's table of the knobs runs chose for themselves (`auto`): per run and
-knob, the values tried with their validation scores, the value chosen and what the
+knob, the values tried with their validation scores, the finalists' means over the
+held-out draws, the value chosen and what the
 choice cost in samples trained (hdcfl_ray/auto_knobs/record.py says what a run
 records). A run that read its choice from the cache trained no candidate itself:
 its cost is the one run that made the choice, marked as such."""
@@ -39,6 +40,21 @@ def _tried(knob: dict[str, Any]) -> str:
     return tried + (f" ({', '.join(skipped)} skipped)" if skipped else "")
 
 
+def _finalists(knob: dict[str, Any]) -> str:
+    """Rung 2: each finalist's mean over the held-out draws, with the draws' scores."""
+    draws: dict[Any, list[Any]] = {}
+    for finalist in knob.get("finalists") or []:
+        draws.setdefault(finalist.get("value"), []).append(finalist.get("validation_mean_accuracy"))
+    if not draws:
+        return "-"
+
+    def mean(scores: list[Any]) -> float:
+        numbers = [score for score in scores if isinstance(score, (int, float))]
+        return math.fsum(numbers) / len(numbers) if len(numbers) == len(scores) else math.nan
+
+    return ", ".join(f"{_value(value)}: {_score(mean(scores))} ({' / '.join(_score(s) for s in scores)})" for value, scores in sorted(draws.items()))
+
+
 EDGE_FLAG = "at the grid's edge"
 
 
@@ -70,7 +86,10 @@ def auto_knobs_table(records: list[RunMetrics]) -> ReportTable | None:
     for record in chose:
         choice = record.auto_knobs or {}
         rules.add(str(choice.get("rule", "")))
-        schedules.add(f"{choice.get('rounds')} of {choice.get('full_rounds')} rounds, {_value(choice.get('validation_fraction'))} of each client's training images held out")
+        schedules.add(
+            f"{choice.get('rounds')} of {choice.get('full_rounds')} rounds, then the finalists all {choice.get('full_rounds')}, "
+            f"{_value(choice.get('validation_fraction'))} of each client's training images held out"
+        )
         cached = " (read from the cache: made by an earlier run)" if choice.get("from_cache") else ""
         for knob in choice.get("knobs") or []:
             rows.append(
@@ -80,14 +99,16 @@ def auto_knobs_table(records: list[RunMetrics]) -> ReportTable | None:
                     Text(str(record.seed)),
                     Text(_knob(knob)),
                     Text(_tried(knob)),
+                    Text(_finalists(knob)),
                     _chosen(knob),
                     Text(f"{int(knob.get('samples_trained') or 0):,}{cached}"),
                 ]
             )
     edged = any(knob.get("at_edge") for record in chose for knob in (record.auto_knobs or {}).get("knobs") or [])
     note = (
-        f"Each value tried is one shortened run ({'; '.join(sorted(schedules))}), scored on the held-out images "
-        f"(validation mean accuracy, %), never on the test set; chosen by: {'; '.join(sorted(rules))}. "
+        f"Each value tried is one shortened run and each finalist one whole run per draw of the held-out images "
+        f"({'; '.join(sorted(schedules))}), scored on those images (validation mean accuracy, %: the finalists' mean "
+        f"over the draws, each draw's in brackets), never on the test set; chosen by: {'; '.join(sorted(rules))}. "
         "A knob chosen after another is tried at that one's choice (in brackets). (= v): the same run as value v, "
         "which the method declared (trained once); (replayed): scored on a replay of one candidate's saved refreshes "
         "(the knob changes no training); (beyond the grid): tried because the choice landed on the grid's edge."
@@ -99,7 +120,10 @@ def auto_knobs_table(records: list[RunMetrics]) -> ReportTable | None:
         )
     return ReportTable(
         title="Knobs the runs chose for themselves (auto)",
-        header=["Method", "Setting", "Seed", "Knob", "Values tried: validation mean (%)", "Chosen", "Samples trained for the choice"],
+        header=[
+            "Method", "Setting", "Seed", "Knob", "Values tried: validation mean (%)", "Finalists: mean over the draws (%)", "Chosen",
+            "Samples trained for the choice",
+        ],
         rows=rows,
         note=note,
     )

@@ -19,7 +19,7 @@ the seeds of the best fixed accuracy), with the verdict "within the seed spread"
 regret is at most that spread.
 
     python studies/auto_knob_regret.py [--out runs/auto-regret] [--methods pacfl,ifca,...] [--seeds 61,62,63]
-        [--part fixed|choice|report|all] [--report docs/auto-knob-regret.md]
+        [--part fixed|choice|report|all] [--settings digits-ls2,digits-dir0.1] [--report docs/auto-knob-regret.md]
         [--round-share 1 --only SETTING:METHOD:SEED,...]   # the full-schedule probe
 
 The probe's out folder links the fixed runs (`ln -s ../auto-regret/fixed runs/auto-regret-full/fixed`)
@@ -50,6 +50,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "digits-ls2": {"partition.kind": "label_subset", "partition.k": 2},
     "digits-dir0.1": {"partition.kind": "dirichlet", "partition.alpha": 0.1},
 }
+ACTIVE_SETTINGS = set(SETTINGS)  # --settings: the choices this process makes (two processes can share the work)
 SEEDS = (61, 62, 63)
 METHODS = ("pacfl", "ifca", "fedprox", "fedce", "fedsoft", "hdcfl")
 # the reference every clustered method is read against (no knob: one fixed run per seed)
@@ -139,7 +140,7 @@ def run_choices(out: Path, methods: list[str], seeds: list[int], only: set[tuple
 
     for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
         record_path = out / "choice" / setting / method / f"seed{seed}.json"
-        if record_path.is_file() or (only is not None and (setting, method, seed) not in only):
+        if record_path.is_file() or (only is not None and (setting, method, seed) not in only) or setting not in ACTIVE_SETTINGS:
             continue
         knobs = {f"algorithm.{method}.{key}": "auto" for key in grids(method, 20)}
         scenario = resolve_scenario(BASE, {**overrides(setting, method, seed, {}, out), **knobs})
@@ -224,10 +225,12 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=None, help="write the table here too")
     parser.add_argument("--round-share", type=float, default=None,
                         help="candidates run this share of the run's rounds (the rule's own is 0.4; 1 = the whole schedule)")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="the settings whose choices this process makes")
     parser.add_argument("--only", default=None, help="choices to make, e.g. digits-ls2:fedce:61,digits-dir0.1:pacfl:62")
     args = parser.parse_args()
     methods = [name for name in args.methods.split(",") if name]
     seeds = [int(seed) for seed in args.seeds.split(",")]
+    ACTIVE_SETTINGS.intersection_update(args.settings.split(","))
     if args.part != "report":
         _pin_this_process()
     if args.part in ("fixed", "all"):

@@ -1,6 +1,7 @@
 """Knobs a run chooses for itself (`auto`): every data-dependent knob a method declares
-accepts it; the run chooses by the validation score of shortened candidate runs on
-held-out training images and never reads the test set; the manifest and the report
+accepts it; the run chooses by successive halving (shortened candidate runs, then the
+better half over the whole schedule on two draws) scored on held-out training images
+and never reads the test set; the manifest and the report
 show each choice and its cost; the choice is cached per setting, method and seed and a
 resume applies the recorded one (docs/calibration.md, "auto")."""
 
@@ -101,11 +102,17 @@ def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_pat
     scores = [(c["value"], c["validation_mean_accuracy"]) for c in knob["candidates"]]
     # the grid, and the value beyond its edge when the choice landed there
     assert [value for value, _ in scores] == sorted([*knob["grid"], *knob["extended"]]) and all(0.0 <= score <= 1.0 for _, score in scores)
-    best = max(score for _, score in scores)
-    assert dict(scores)[knob["chosen"]] == best  # the highest validation score
-    if not any(c.get("same_run_as") is not None for c in knob["candidates"]):
-        assert knob["chosen"] == choose(scores)  # the smaller of equals, where no two values are one run
-    assert knob["samples_trained"] == sum(c["samples_trained"] for c in knob["candidates"]) > 0
+    # rung 2: the better half of the distinct runs (at least two), each on both held-out draws
+    roots = sorted((c for c in knob["candidates"] if c.get("same_run_as") is None), key=lambda c: (-c["validation_mean_accuracy"], c["value"]))
+    expected = sorted(c["value"] for c in roots[: min(len(roots), max(2, math.ceil(len(roots) / 2)))])
+    draws: dict[float, list[float]] = {}
+    for finalist in knob["finalists"]:
+        draws.setdefault(finalist["value"], []).append(finalist["validation_mean_accuracy"])
+    assert sorted(draws) == expected and all(len(scores) == 2 for scores in draws.values())
+    means = sorted((value, sum(scores) / 2) for value, scores in draws.items())
+    root = next((c.get("same_run_as") for c in knob["candidates"] if c["value"] == knob["chosen"]), None) or knob["chosen"]
+    assert root == choose(means)  # the best mean over the draws, the smaller of equals
+    assert knob["samples_trained"] == sum(c["samples_trained"] for c in [*knob["candidates"], *knob["finalists"]]) > 0
     assert record["rounds"] == 1 and record["validation_fraction"] == 0.2
     # the run folder keeps `auto` as written: reruns and reports compare the scenario as written
     assert run.scenario["algorithm"][method][key] == "auto"
@@ -263,13 +270,17 @@ def test_the_report_shows_each_choice_its_scores_and_its_cost(tmp_path: Path) ->
     first = next(row for row in table_rows if "| temperature (at clusters" in row and "cached" not in row)
     for candidate in temperature["candidates"]:
         assert f"{candidate['value']:g}: {100 * candidate['validation_mean_accuracy']:.2f}" in first
+    for value in {finalist["value"] for finalist in temperature["finalists"]}:  # each finalist's mean over the draws
+        scores = [f["validation_mean_accuracy"] for f in temperature["finalists"] if f["value"] == value]
+        assert f"{value:g}: {100 * sum(scores) / len(scores):.2f} ({100 * scores[0]:.2f} / {100 * scores[1]:.2f})" in first
     assert f"**{temperature['chosen']:g}" in first and f"{temperature['samples_trained']:,}" in first
     assert sum("read from the cache" in row for row in table_rows) == 2
     # the candidate runs are evidence: a report of the folders above them leaves them out
     from analysis.runs import find_run_dirs
 
     assert find_run_dirs([tmp_path]) == sorted([made.dir, cached.dir])
-    assert len(find_run_dirs([tmp_path / "cache" / CACHE_FOLDER])) == 5  # 2 values of S, 3 of T
+    # 2 values of S, 3 of T, and the finalists' second draws (their first is rung 1's: one round is never shortened)
+    assert len(find_run_dirs([tmp_path / "cache" / CACHE_FOLDER])) == 5 + len(clusters["finalists"]) // 2 + len(temperature["finalists"]) // 2
 
 
 def test_validate_says_which_knobs_are_auto_and_what_the_choice_will_run(tmp_path: Path, write_scenario) -> None:
@@ -282,7 +293,8 @@ def test_validate_says_which_knobs_are_auto_and_what_the_choice_will_run(tmp_pat
     assert result.exit_code == 0, result.output
     assert "algorithm.fedsoft.proximal: auto: chosen before the run among 0.001, 0.01, 0.1" in result.output
     assert "algorithm.fedsoft.centers: auto: chosen before the run among 2, 4 (10 skipped)" in result.output
-    assert "5 candidate run(s) before the run" in result.output
+    # rung 1: 3 + 2 values; rung 2: two finalists each, on their second draw (one round is never shortened)
+    assert "9 candidate run(s) before the run" in result.output
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 

@@ -83,6 +83,8 @@ def cache_key(scenario: Scenario, plan: AutoPlan, data: str | None = None) -> di
         "seed": scenario.seed,
         "grids": {knob.key: list(knob.candidates) for knob in plan.knobs},
         "rounds": plan.rounds,
+        "full_rounds": plan.full_rounds,
+        "draws": plan.draws,
         "validation_fraction": plan.validation_fraction,
     }
 

@@ -1,7 +1,9 @@
-"""Choosing a run's auto knobs: knob after knob in the method's order, one shortened,
-validation-scored candidate run per value (plan.py), the value the rule picks
-(selection.py) kept, the choice written to the cache (cache.py) for the next run of
-the same setting, data, code and seed. The candidates run through the driver like any
+"""Choosing a run's auto knobs: knob after knob in the method's order, by successive
+halving (plan.py): one shortened, validation-scored candidate run per value, then the
+better half of the values over the whole schedule on several draws of the held-out
+share; the value the rule picks (selection.py) from the finalists' mean is kept, and
+the choice written to the cache (cache.py) for the next run of the same setting, data,
+code and seed. The candidates run through the driver like any
 run (it passes the `Runner`, which reuses the run's loaded dataset), into folders of
 the cache entry.
 
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_choice, write_choice
-from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario
+from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario, finalists
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice
 from hdcfl_ray.auto_knobs.selection import RULE, choose
 from hdcfl_ray.config.schema import Scenario, method_params
@@ -57,7 +59,9 @@ def choose_auto_knobs(
             cached = read_choice(entry, key)  # made by another run while this one waited
             if cached is None:
                 record = _choose(scenario, plan, entry, notify, run, probe)
-                failed = [c for knob in record.knobs for c in knob.candidates if c.error is not None and c.same_run_as is None]
+                failed = [
+                    c for knob in record.knobs for c in (*knob.candidates, *knob.finalists) if c.error is not None and c.same_run_as is None
+                ]
                 if failed:
                     notify(f"auto: not kept for the next run: {len(failed)} candidate(s) failed, and will be tried again then")
                 else:
@@ -70,21 +74,35 @@ def choose_auto_knobs(
 
 
 class _Progress:
-    """The candidates still to run and the time they took so far: an estimate of what is left."""
+    """The candidate runs still to come (their rounds) and the time a round took so far:
+    an estimate of what is left."""
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    def __init__(self, runs: list[int]) -> None:
+        self.left = list(runs)
+        self.total = len(runs)
         self.done = 0
-        self.seconds: list[float] = []
+        self.seconds_per_round: list[float] = []
 
-    def ran(self, seconds: float, trained: bool) -> str:
-        self.done += 1
+    def plan(self, dropped: list[int], added: list[int]) -> None:
+        """Runs the plan counted that will not happen, and runs it did not count."""
+        for rounds in dropped:
+            if rounds in self.left:
+                self.left.remove(rounds)
+                self.total -= 1
+        self.left += added
+        self.total += len(added)
+
+    def ran(self, seconds: float, rounds: int, counted: bool, trained: bool) -> str:
+        """`counted`: a run the plan counted (a replay is not one)."""
+        if counted:
+            self.done += 1
+            if rounds in self.left:
+                self.left.remove(rounds)
         if trained:
-            self.seconds.append(seconds)
-        left = self.total - self.done
-        if left <= 0 or not self.seconds:
+            self.seconds_per_round.append(seconds / max(rounds, 1))
+        if not self.left or not self.seconds_per_round:
             return ""
-        return f"; {self.done}/{self.total} candidates, about {left * statistics.median(self.seconds):.0f} s left"
+        return f"; {self.done}/{self.total} candidate runs, about {sum(self.left) * statistics.median(self.seconds_per_round):.0f} s left"
 
 
 def _choose(scenario: Scenario, plan: AutoPlan, entry: Path, notify: Notify, run: Runner, probe: Prober | None) -> AutoKnobsRecord:
@@ -95,7 +113,7 @@ def _choose(scenario: Scenario, plan: AutoPlan, entry: Path, notify: Notify, run
     declared = {knob.key: knob for knob in spec.auto_knobs}
     chosen: dict[str, AutoValue] = {}
     knobs: list[KnobChoice] = []
-    progress = _Progress(plan.candidate_runs)
+    progress = _Progress([rounds for knob in plan.knobs for rounds in plan.runs_of(knob)])
     for index, knob in enumerate(plan.knobs):
         # the knobs chosen before this one at their choice, those after it at their placeholder
         held = {**chosen, **{later.field: later.placeholder for later in plan.knobs[index + 1 :]}}
@@ -129,9 +147,11 @@ class _Candidates:
         self.scored: dict[AutoValue, Candidate] = {}
         self.same_run: dict[AutoValue, AutoValue] = {}  # value -> the value whose run it shares
         self.keys: dict[AutoValue, Any] | None = None
+        self.finalists: dict[tuple[AutoValue, int], Candidate] = {}  # (value, draw) -> its whole-schedule run
 
-    def scenario_of(self, value: AutoValue) -> Scenario:
-        return candidate_scenario(self.scenario, self.plan, {**self.held, self.knob.field: value}, keep_refreshes=self.declared.server_side)
+    def scenario_of(self, value: AutoValue, draw: int | None = None) -> Scenario:
+        values = {**self.held, self.knob.field: value}
+        return candidate_scenario(self.scenario, self.plan, values, keep_refreshes=self.declared.server_side, finalist_draw=draw)
 
     def run_key(self, value: AutoValue) -> Any:
         """What tells `value` apart from the others (None: nothing; every value runs)."""
@@ -158,6 +178,35 @@ class _Candidates:
         if self.declared.server_side and trained:
             return replay_candidate(Path(trained[0].run_dir), self.knob.key, value, folder), False
         return run_candidate(self.scenario_of(value), value, folder, self.run), True
+
+    def score_finalist(self, value: AutoValue, draw: int) -> tuple[Candidate, bool]:
+        """`value`'s whole-schedule run on held-out draw `draw`, and whether it trained (a
+        schedule that was never shortened has run draw 0 in rung 1 already)."""
+        if draw == 0 and self.plan.rounds == self.plan.full_rounds:
+            return replace(self.scored[value], samples_trained=0, draw=0), False
+        folder = self.entry / f"{self.knob.field}-{value:g}-whole-draw{draw}"
+        trained = [c for (_, d), c in self.finalists.items() if d == draw and c.samples_trained > 0 and c.error is None]
+        if self.declared.server_side and trained:
+            return replace(replay_candidate(Path(trained[0].run_dir), self.knob.key, value, folder), draw=draw), False
+        return replace(run_candidate(self.scenario_of(value, draw), value, folder, self.run), draw=draw), True
+
+    def root(self, value: AutoValue) -> AutoValue:
+        """The value whose run `value` is (itself unless declared the same run as another)."""
+        return self.same_run.get(value, value)
+
+    def finalist_values(self) -> list[AutoValue]:
+        """Rung 2's values: the better half of the distinct runs with a score, by rung 1's
+        score (ties: the smaller value), listed smallest first."""
+        distinct = [value for value, c in self.scored.items() if self.root(value) == value and not math.isnan(c.validation_mean_accuracy)]
+        ranked = sorted(distinct, key=lambda value: (-self.scored[value].validation_mean_accuracy, value))
+        return sorted(ranked[: finalists(len(ranked))])
+
+    def means(self) -> dict[AutoValue, float]:
+        """{finalist value: its mean validation score over the draws} (NaN: a draw without one)."""
+        scores: dict[AutoValue, list[float]] = {}
+        for (value, _), finalist in sorted(self.finalists.items()):
+            scores.setdefault(value, []).append(finalist.validation_mean_accuracy)
+        return {value: math.fsum(values) / len(values) for value, values in scores.items()}
 
 
 def _choose_knob(
@@ -186,13 +235,9 @@ def _choose_knob(
         candidate, trained = candidates.score(value)
         candidates.scored[value] = candidate
         seconds = time.perf_counter() - started
-        outcome = f"validation mean {100 * candidate.validation_mean_accuracy:.2f}%"
-        if math.isnan(candidate.validation_mean_accuracy):
-            outcome = "no score, not chosen"
-        if candidate.error:
-            outcome = f"failed, not chosen ({candidate.error})"
         how = f"the same run as {candidate.same_run_as:g}" if candidate.same_run_as is not None else ("replayed" if candidate.replayed else f"{seconds:.0f} s")
-        notify(f"{knob.key} = {value:g} ({position}): {outcome} ({how}{progress.ran(seconds, trained)})")
+        counted = not candidate.replayed
+        notify(f"{knob.key} = {value:g} ({position}): {_outcome(candidate)} ({how}{progress.ran(seconds, plan.rounds, counted, trained)})")
 
     for position, value in enumerate(knob.candidates, start=1):
         score(value, f"{position}/{len(knob.candidates)}")
@@ -203,13 +248,14 @@ def _choose_knob(
         params = method_params(candidates.scenario_of(value).algorithm)
         further = declared.beyond(params, value, edge, scenario.partition.num_clients)
         if further is not None and further not in candidates.scored and not any(v == further for v, _ in knob.skipped):
-            progress.total += 1
+            progress.plan([], [plan.rounds])
             notify(f"{knob.key}: auto: {value:g} is the grid's {'largest' if edge == 'high' else 'smallest'} value; trying {further:g} beyond it")
             score(further, "beyond the grid")
             extended.append(further)
             value = _pick(candidates)
     if value is None:
         raise RuntimeError(f"{knob.key}: auto: no candidate run ended with a score (see {entry}); give the knob a value")
+    value = _final_rung(plan, knob, candidates, notify, progress) or value
     tried = [*knob.candidates, *extended]
     at_edge = _edge(value, tuple(sorted(tried)))
     return KnobChoice(
@@ -221,7 +267,51 @@ def _choose_knob(
         chosen=value,
         extended=tuple(extended),
         at_edge=at_edge,
+        finalists=tuple(candidates.finalists[key] for key in sorted(candidates.finalists)),
     )
+
+
+def _outcome(candidate: Candidate) -> str:
+    if candidate.error:
+        return f"failed, not chosen ({candidate.error})"
+    if math.isnan(candidate.validation_mean_accuracy):
+        return "no score, not chosen"
+    return f"validation mean {100 * candidate.validation_mean_accuracy:.2f}%"
+
+
+def _final_rung(plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, notify: Notify, progress: _Progress) -> AutoValue | None:
+    """Rung 2: the better half of rung 1's distinct runs, each over the whole schedule on
+    every held-out draw; the value the rule picks from their means (of values that gave the
+    same run in rung 1, the middle one), or None when fewer than two values go on."""
+    values = candidates.finalist_values()
+    planned = plan.runs_of(knob)[1 if knob.server_side else len(knob.candidates) :]
+    reused = 1 if plan.rounds == plan.full_rounds else 0
+    runs = (1 if knob.server_side else len(values)) * (plan.draws - reused) if len(values) > 1 else 0
+    progress.plan(planned, [plan.full_rounds] * runs)
+    if len(values) < 2:
+        return None
+    notify(
+        f"{knob.key}: auto: the better half ({', '.join(f'{value:g}' for value in values)}) runs the whole "
+        f"{plan.full_rounds} rounds on {plan.draws} draws of the held-out share"
+    )
+    for draw in range(plan.draws):
+        for value in values:
+            started = time.perf_counter()
+            finalist, trained = candidates.score_finalist(value, draw)
+            candidates.finalists[(value, draw)] = finalist
+            seconds = time.perf_counter() - started
+            how = "replayed" if finalist.replayed else ("rung 1's run" if not trained else f"{seconds:.0f} s")
+            notify(
+                f"{knob.key} = {value:g} (finalist, draw {draw + 1}/{plan.draws}): {_outcome(finalist)} "
+                f"({how}{progress.ran(seconds, plan.full_rounds, trained, trained)})"
+            )
+    means = candidates.means()
+    best = choose(sorted(means.items()))
+    if best is None:
+        return None
+    notify(f"{knob.key}: auto: means over the draws: {', '.join(f'{v:g} {100 * m:.2f}%' for v, m in sorted(means.items()))}")
+    twins = sorted(value for value in candidates.scored if candidates.root(value) == best)
+    return twins[(len(twins) - 1) // 2]
 
 
 def _edge(value: AutoValue | None, grid: tuple[AutoValue, ...]) -> str | None:

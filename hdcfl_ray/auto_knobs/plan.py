@@ -1,13 +1,21 @@
 """What choosing a run's `auto` knobs will do, before anything trains: which knobs
-of the running method are `auto`, the values each may take, the shortened schedule
-of the candidate runs and the scenario of each candidate.
+of the running method are `auto`, the values each may take, the schedule of the
+candidate runs and the scenario of each candidate.
 
-The schedule: a candidate runs `max(3, ceil(0.4 x protocol.rounds))` rounds (all of
-them when the run has fewer), long enough for clusters to form and the values to
-separate, short enough that a grid of them costs a few runs, and holds out a fifth
-of each client's training images, per class (`partition.validation_fraction: 0.2`,
-the `hdcfl-ray calibrate` default; a run that already holds out a share keeps its
-own), which it is scored on: the test split is never read."""
+The schedule is successive halving, in two rungs:
+
+1. every value runs `max(3, ceil(0.4 x protocol.rounds))` rounds (all of them when the
+   run has fewer): long enough for clusters to form and the values to separate, short
+   enough that a grid of them costs a few runs;
+2. the better half of the values (at least two) run the whole schedule, each on
+   FINALIST_DRAWS draws of the held-out share, and the best mean over the draws is
+   chosen: a value is judged where the run will use it, on more held-out images than
+   one draw holds.
+
+Every candidate holds out a fifth of each client's training images, per class
+(`partition.validation_fraction: 0.2`, the `hdcfl-ray calibrate` default; a run that
+already holds out a share keeps its own), which it is scored on: the test split is
+never read."""
 
 from __future__ import annotations
 
@@ -23,6 +31,13 @@ from hdcfl_ray.errors import ScenarioError
 ROUNDS_SHARE = 0.4  # of protocol.rounds, rounded up
 MIN_ROUNDS = 3  # fewer leaves the clustered methods no round after forming their groups
 VALIDATION_FRACTION = 0.2  # hdcfl-ray calibrate's default (hdcfl_ray/sweeps/calibration.py)
+FINALIST_DRAWS = 2  # held-out draws each finalist runs the whole schedule on (partition.validation_draw 0, 1, ...)
+MIN_FINALISTS = 2  # rung 2 keeps the better half of the values, and at least this many
+
+
+def finalists(values: int) -> int:
+    """How many of `values` distinct candidate runs go on to the whole schedule."""
+    return min(values, max(MIN_FINALISTS, math.ceil(values / 2)))
 
 
 @dataclass(frozen=True)
@@ -40,14 +55,25 @@ class KnobPlan:
 class AutoPlan:
     method: str
     knobs: tuple[KnobPlan, ...]  # in the order they are chosen
-    rounds: int  # each candidate's rounds
-    full_rounds: int  # the run's own protocol.rounds
+    rounds: int  # each candidate's rounds in rung 1
+    full_rounds: int  # the run's own protocol.rounds: a finalist's rounds
     validation_fraction: float
+    draws: int = FINALIST_DRAWS  # held-out draws each finalist is scored on
 
     @property
     def candidate_runs(self) -> int:
         """The candidate runs that train, at most (a value beyond a grid's edge adds one)."""
-        return sum(1 if knob.server_side else len(knob.candidates) for knob in self.knobs)
+        return sum(len(self.runs_of(knob)) for knob in self.knobs)
+
+    def runs_of(self, knob: KnobPlan) -> list[int]:
+        """The rounds of each run `knob`'s choice trains, at most: rung 1's, then the finalists'
+        (a finalist's first draw is rung 1's run when the schedule is not shortened)."""
+        first = [self.rounds] * (1 if knob.server_side else len(knob.candidates))
+        finalist_runs = 1 if knob.server_side else finalists(len(knob.candidates))
+        if len(knob.candidates) < 2:
+            return first
+        draws = self.draws - (1 if self.rounds == self.full_rounds else 0)
+        return [*first, *[self.full_rounds] * (finalist_runs * draws)]
 
     def describe(self) -> list[str]:
         """One line per knob, for `hdcfl-ray validate` and the start of a run."""
@@ -60,6 +86,8 @@ class AutoPlan:
                 runs = f"one run of {self.rounds} of {self.full_rounds} rounds, the other values scored on replays of its refreshes"
             elif knob.same_run:
                 runs += " (values that give the same run run once)"
+            if len(knob.candidates) > 1:
+                runs += f", then the better half the whole {self.full_rounds} rounds on {self.draws} held-out draws"
             lines.append(
                 f"{knob.key}: auto: chosen before the run among {values}{skipped}, {runs}, on a "
                 f"{self.validation_fraction:g} share of each client's training samples held out (never the test set)"
@@ -162,28 +190,34 @@ def with_values(scenario: Scenario, values: dict[str, AutoValue]) -> Scenario:
     return build_scenario(raw, source=f"algorithm.{name} with {', '.join(f'{key}={value:g}' for key, value in values.items())}")
 
 
-def candidate_scenario(scenario: Scenario, plan: AutoPlan, values: dict[str, AutoValue], keep_refreshes: bool = False) -> Scenario:
-    """The shortened, validation-scored run of `scenario` with the auto knobs at
-    `values`: on the local backend, without checkpoints or trackers, and without refresh
-    caches unless `keep_refreshes` (a knob scored on replays of them); a candidate is
-    evidence for one choice, not a run of its own. A method whose schedule counts rounds
-    keeps it inside the candidate's (MethodSpec.shortened)."""
+def candidate_scenario(
+    scenario: Scenario, plan: AutoPlan, values: dict[str, AutoValue], keep_refreshes: bool = False, finalist_draw: int | None = None
+) -> Scenario:
+    """The validation-scored run of `scenario` with the auto knobs at `values`: rung 1's
+    shortened one, or with `finalist_draw` a finalist's whole schedule on that draw of
+    the held-out share; on the local backend, without checkpoints or trackers, and without
+    refresh caches unless `keep_refreshes` (a knob scored on replays of them); a candidate
+    is evidence for one choice, not a run of its own. A method whose schedule counts
+    rounds keeps it inside a shortened candidate's (MethodSpec.shortened)."""
     from hdcfl_ray.algorithms.registry import method_spec
     from hdcfl_ray.config.loading import build_scenario
 
     resolved = with_values(scenario, values)
     raw = resolved.model_dump(mode="json")
-    raw["protocol"]["rounds"] = plan.rounds
+    rounds = plan.rounds if finalist_draw is None else plan.full_rounds
+    raw["protocol"]["rounds"] = rounds
     raw["partition"]["validation_fraction"] = plan.validation_fraction
+    raw["partition"]["validation_draw"] = finalist_draw or 0
     raw["runtime"]["backend"] = "local"
     raw["checkpoint"]["every"] = None
     raw["output"].update(save_refresh_cache=keep_refreshes, trackers=[], label=None)
     spec = method_spec(plan.method)
-    if spec.shortened is not None:
+    if spec.shortened is not None and rounds < plan.full_rounds:
         name = scenario.algorithm.name
-        shortened = spec.shortened(method_params(resolved.algorithm), plan.rounds)
+        shortened = spec.shortened(method_params(resolved.algorithm), rounds)
         raw["algorithm"][name] = shortened.model_dump(mode="json")
-    return build_scenario(raw, source=f"the auto-knob candidate {', '.join(f'{key}={value:g}' for key, value in values.items())}")
+    which = "finalist" if finalist_draw is not None else "candidate"
+    return build_scenario(raw, source=f"the auto-knob {which} {', '.join(f'{key}={value:g}' for key, value in values.items())}")
 
 
 def check_validation_split(scenario: Scenario, plan: AutoPlan, dataset: Any) -> None:

@@ -7,8 +7,11 @@ again), the cache's choice file, and what `hdcfl-ray report` shows.
      "knobs": [{"key": "algorithm.pacfl.threshold", "grid": [0.25, ...], "skipped": {},
                 "held": {}, "chosen": 4.0, "samples_trained": 123456,
                 "candidates": [{"value": 0.25, "validation_mean_accuracy": 0.93, "samples_trained": 15432,
-                                "run_dir": "runs/auto-knobs/pacfl-seed5-.../threshold-0.25"}, ...]}]}
+                                "run_dir": "runs/auto-knobs/pacfl-seed5-.../threshold-0.25"}, ...],
+                "finalists": [{"value": 4.0, "draw": 0, "validation_mean_accuracy": 0.95, ...}, ...]}]}
 
+`candidates` are rung 1's shortened runs, one per value; `finalists` the better half's
+whole-schedule runs, one per held-out draw (the choice is the best mean over the draws).
 `validation_mean_accuracy` is a fraction (null for a candidate that diverged);
 `samples_trained` counts local training and any training at evaluation, as the
 report's budget does; `held` gives the values the method's other auto knobs had
@@ -36,11 +39,13 @@ class Candidate:
     # the value whose run this one is (the method declared them the same run): not trained again
     same_run_as: AutoValue | None = None
     replayed: bool = False  # scored on a replay of another candidate's saved refreshes, not trained
+    draw: int | None = None  # a finalist's draw of the held-out share (None: a rung-1 candidate)
 
     def as_dict(self) -> dict[str, Any]:
         score = self.validation_mean_accuracy
         document: dict[str, Any] = {
             "value": self.value,
+            **({"draw": self.draw} if self.draw is not None else {}),
             "validation_mean_accuracy": None if math.isnan(score) else score,
             "samples_trained": self.samples_trained,
             "run_dir": self.run_dir,
@@ -59,6 +64,7 @@ class Candidate:
         return cls(
             data["value"], math.nan if score is None else float(score), int(data.get("samples_trained") or 0),
             str(data.get("run_dir", "")), data.get("error"), data.get("same_run_as"), bool(data.get("replayed", False)),
+            None if data.get("draw") is None else int(data["draw"]),
         )
 
 
@@ -72,6 +78,7 @@ class KnobChoice:
     chosen: AutoValue
     extended: tuple[AutoValue, ...] = ()  # values tried beyond the grid's edge, where the choice landed on it
     at_edge: str | None = None  # "high" / "low": the choice is the largest / smallest value tried
+    finalists: tuple[Candidate, ...] = ()  # rung 2: the better half's whole-schedule runs, one per draw
 
     @property
     def field(self) -> str:
@@ -79,7 +86,14 @@ class KnobChoice:
 
     @property
     def samples_trained(self) -> int:
-        return sum(candidate.samples_trained for candidate in self.candidates)
+        return sum(candidate.samples_trained for candidate in (*self.candidates, *self.finalists))
+
+    def finalist_means(self) -> dict[AutoValue, float]:
+        """{finalist value: its mean validation score over the draws} (NaN when a draw has none)."""
+        scores: dict[AutoValue, list[float]] = {}
+        for finalist in self.finalists:
+            scores.setdefault(finalist.value, []).append(finalist.validation_mean_accuracy)
+        return {value: math.fsum(values) / len(values) for value, values in scores.items()}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +106,7 @@ class KnobChoice:
             "at_edge": self.at_edge,
             "samples_trained": self.samples_trained,
             "candidates": [candidate.as_dict() for candidate in self.candidates],
+            "finalists": [finalist.as_dict() for finalist in self.finalists],
         }
 
     @classmethod
@@ -105,6 +120,7 @@ class KnobChoice:
             chosen=data["chosen"],
             extended=tuple(data.get("extended") or ()),
             at_edge=data.get("at_edge"),
+            finalists=tuple(Candidate.from_dict(item) for item in data.get("finalists") or ()),
         )
 
 

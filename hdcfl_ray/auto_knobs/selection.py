@@ -1,6 +1,6 @@
 """The rule that picks an auto knob's value from its candidates' scores: the one
 `hdcfl-ray calibrate` applies (analysis/calibration_table.py, SELECTION_RULE), at
-the run's one seed. Only the validation images are read; a candidate without a
+the run's one seed, over the finalists of a successive halving (plan.py). Only the validation images are read; a candidate without a
 score (its run diverged) is never chosen."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from hdcfl_ray.contract.method import AutoValue
 
 RULE = (
-    "highest final mean client accuracy on validation images held out of each client's training data "
-    "(ties: the smaller value)"
+    "successive halving: every value a shortened run, the better half (at least two) the whole schedule on "
+    "two draws of the validation images held out of each client's training data; of those, the highest final mean "
+    "client accuracy averaged over the draws (ties: the smaller value)"
 )
 
 

@@ -23,7 +23,7 @@ from hdcfl_ray.config.schema import Scenario, method_params
 DATA_SETTING_PREFIXES = ("dataset.", "partition.", "model.")
 # a share held out for choosing (the same clients and images otherwise), and where the
 # files are (the same data on another machine is the same setting)
-NOT_DATA_SETTING = frozenset({"partition.validation_fraction", "dataset.path"})
+NOT_DATA_SETTING = frozenset({"partition.validation_fraction", "partition.validation_draw", "dataset.path"})
 
 
 def data_setting_keys(scenario: Scenario) -> dict[str, Any]:

@@ -235,6 +235,12 @@ class PartitionConfig(PluginSections):
         "run on them instead of the test set: the data `hdcfl-ray calibrate` chooses knobs on (reports list such runs "
         "in a table of their own, never in a test table, rank or macro value); null = score on the test set",
     )
+    validation_draw: int = Field(
+        0,
+        ge=0,
+        description="with validation_fraction: which seeded draw of the held-out share (0 = the first; each draw "
+        "holds out other images of the same clients). An `auto` choice scores its finalists on several draws",
+    )
 
     @model_validator(mode="after")
     def _kind_parameters(self) -> "PartitionConfig":

@@ -64,23 +64,27 @@ def build_partition(
         for client, indices in enumerate(split.client_indices)
     )
     if config.validation_fraction is not None:
-        clients = tuple(_hold_out_validation(client, train_labels, config.validation_fraction, seed) for client in clients)
+        clients = tuple(
+            _hold_out_validation(client, train_labels, config.validation_fraction, seed, config.validation_draw) for client in clients
+        )
     return Partition(clients=clients)
 
 
-def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction: float, seed: int) -> ClientData:
+def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction: float, seed: int, draw: int = 0) -> ClientData:
     """Move a seeded share of the client's training images, per class, into the
     images it is scored on: the run then never reads the test split.
 
     The share follows the client's class proportions (largest remainder); a class
     keeps at least one training image. The draw depends on the run seed and the
-    client only, so the same client holds out the same images whatever the method."""
+    client only, so the same client holds out the same images whatever the method;
+    another `draw` holds out another seeded share of the same client."""
     indices = client.train_indices
     labels = train_labels[indices]
     counts = np.bincount(labels, minlength=int(train_labels.max(initial=0)) + 1)
     num_validation = max(1, round(fraction * indices.shape[0]))
     per_class = allocate_test_counts(counts, num_validation, np.maximum(counts - 1, 0))
-    rng = seeding.rng(seed, "validation_split", client.client_id)
+    keys = (client.client_id,) if draw == 0 else (client.client_id, draw)
+    rng = seeding.rng(seed, "validation_split", *keys)
     held_out = [
         rng.choice(indices[labels == label], size=int(count), replace=False) for label, count in enumerate(per_class) if count
     ]
