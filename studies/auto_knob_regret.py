@@ -133,10 +133,10 @@ def run_fixed(out: Path, methods: list[str], seeds: list[int]) -> None:
 def run_choices(out: Path, methods: list[str], seeds: list[int], only: set[tuple[str, str, int]] | None = None) -> None:
     """The auto choice of each setting, method and seed, as a run makes it (its candidates
     and its record land in out/choice/); with `only`, just those (setting, method, seed)."""
+    from types import SimpleNamespace
+
     from hdcfl_ray.api import resolve_scenario
-    from hdcfl_ray.auto_knobs.choose import choose_auto_knobs
-    from hdcfl_ray.auto_knobs.plan import auto_plan
-    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+    from hdcfl_ray.runtime.driver import prepare_run, with_auto_choices
 
     for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
         record_path = out / "choice" / setting / method / f"seed{seed}.json"
@@ -145,14 +145,12 @@ def run_choices(out: Path, methods: list[str], seeds: list[int], only: set[tuple
         knobs = {f"algorithm.{method}.{key}": "auto" for key in grids(method, 20)}
         scenario = resolve_scenario(BASE, {**overrides(setting, method, seed, {}, out), **knobs})
         prepared = prepare_run(scenario)
-        plan = auto_plan(scenario)
-        assert plan is not None, f"{method} has no auto knob"
+        assert prepared.auto_plan is not None, f"{method} has no auto knob"
         started = time.perf_counter()
-
-        def candidate(candidate_scenario: Any, candidate_dir: Path) -> None:
-            run_simulation(prepare_run(candidate_scenario, prepared.dataset), candidate_dir)
-
-        record = choose_auto_knobs(scenario, plan, out / "choice" / "cache", lambda text: print(f"  {text}", flush=True), candidate)
+        # the run's own choosing (its candidates, probes and cache), with its notes printed
+        observer = SimpleNamespace(on_notice=lambda text: print(f"  {text}", flush=True))
+        record = with_auto_choices(prepared, out / "choice" / setting / method, observer, None, out / "choice" / "cache").auto_knobs  # type: ignore[arg-type]
+        assert record is not None
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps({"record": record.as_dict(), "seconds": time.perf_counter() - started}, indent=1, default=str))
         print(f"[choice] {setting} {method} seed {seed}: {record.choices()} in {time.perf_counter() - started:.0f} s", flush=True)
@@ -164,6 +162,7 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     summary: list[tuple[str, str, float, float]] = []
+    seconds: dict[str, list[float]] = {}
     for setting, method in itertools.product(SETTINGS, methods):
         knobs = grids(method, 20)
         accuracy: dict[tuple[str, int], float] = {}
@@ -183,7 +182,9 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
             record_path = out / "choice" / setting / method / f"seed{seed}.json"
             if seed not in best_per_seed or not record_path.is_file():
                 continue
-            record = json.loads(record_path.read_text())["record"]
+            document = json.loads(record_path.read_text())
+            record = document["record"]
+            seconds.setdefault(method, []).append(float(document["seconds"]))
             chosen = {knob["key"].rsplit(".", 1)[1]: knob["chosen"] for knob in record["knobs"]}
             chosen_accuracy = accuracy.get((value_name(chosen), seed), math.nan)
             best_name, best_accuracy = best_per_seed[seed]
@@ -200,7 +201,34 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
     tail = ""
     if worst is not None:
         tail = f"\nLargest regret over its seed spread: {worst[1]} on {worst[0]}, {worst[2]:.2f} pp against {worst[3]:.2f} pp.\n"
-    return "\n".join(lines) + "\n" + tail
+    return _summary(summary, seconds) + "\n" + "\n".join(lines) + "\n" + tail
+
+
+def _summary(rows: list[tuple[str, str, float, float]], seconds: dict[str, list[float]]) -> str:
+    """Per method: the choices outside the seed spread, the mean and largest regret, and
+    the median time a choice took; and the whole study's line."""
+    if not rows:
+        return ""
+    lines = [
+        "| method | choices outside the seed spread | mean regret (pp) | largest regret (pp) | median time of a choice (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for method in dict.fromkeys(row[1] for row in rows):
+        mine = [row for row in rows if row[1] == method]
+        outside = sum(1 for row in mine if row[2] > row[3] + 1e-9)
+        regrets = [row[2] for row in mine]
+        lines.append(
+            f"| {method} | {outside} of {len(mine)} | {statistics.mean(regrets):.2f} | {max(regrets):.2f} | "
+            f"{statistics.median(seconds[method]):.0f} |"
+        )
+    outside = sum(1 for row in rows if row[2] > row[3] + 1e-9)
+    regrets = [row[2] for row in rows]
+    lines.append("")
+    lines.append(
+        f"{len(rows) - outside} of {len(rows)} choices within the seed spread; mean regret {statistics.mean(regrets):.2f} pp "
+        f"(median {statistics.median(regrets):.2f} pp)."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def _pin_this_process() -> None:

@@ -20,7 +20,7 @@ import yaml
 import hdcfl_ray
 from hdcfl_ray.algorithms.registry import method_specs
 from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER, CACHE_VARIABLE, CHOICE_FILE
-from hdcfl_ray.auto_knobs.plan import auto_plan, short_rounds
+from hdcfl_ray.auto_knobs.plan import auto_plan, finalists, short_rounds
 from hdcfl_ray.auto_knobs.selection import choose
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.methods import build_algorithm
@@ -89,8 +89,9 @@ def test_the_rule_takes_the_best_score_the_first_of_equals_and_never_a_missing_o
     assert choose([(2, math.nan)]) is None
 
 
-def test_the_candidates_run_a_shortened_schedule() -> None:
+def test_the_candidates_run_a_shortened_schedule_and_the_better_half_the_whole_one() -> None:
     assert [short_rounds(rounds) for rounds in (1, 3, 5, 10, 20, 30, 100)] == [1, 3, 3, 4, 8, 12, 40]
+    assert [finalists(values) for values in (1, 2, 3, 4, 5, 9)] == [1, 2, 2, 2, 3, 5]
 
 
 @pytest.mark.parametrize("method, key", DECLARED, ids=[f"{name}.{key}" for name, key in DECLARED])
@@ -120,6 +121,10 @@ def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_pat
     for candidate in knob["candidates"]:  # each candidate is a validation-scored run kept as evidence
         candidate_run = hdcfl_ray.load_run(candidate["run_dir"])
         assert candidate_run.manifest["dataset"]["scored_on"] == "validation" and candidate_run.status == "completed"
+    for finalist in knob["finalists"]:  # each draw holds out its own share: draw 1 is a run of its own
+        if finalist["draw"] == 1 and not finalist.get("replayed"):
+            finalist_run = hdcfl_ray.load_run(finalist["run_dir"])
+            assert finalist_run.scenario["partition"]["validation_draw"] == 1 and finalist_run.status == "completed"
 
 
 def test_a_grid_value_the_run_cannot_use_is_skipped_with_a_note(tmp_path: Path) -> None:

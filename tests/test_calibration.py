@@ -46,6 +46,22 @@ def test_the_validation_split_is_fixed_by_the_seed_and_changes_with_it():
     assert any(not np.array_equal(a.test_indices, b.test_indices) for a, b in zip(first.clients, other.clients))
 
 
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), draw=st.integers(1, 5))
+def test_another_draw_holds_out_other_images_of_the_same_clients_and_leaves_the_first_draw_as_it_was(seed: int, draw: int):
+    train_labels, test_labels = balanced_labels(40), balanced_labels(10)
+    config = PartitionConfig(kind="dirichlet", alpha=0.5, num_clients=5, validation_fraction=0.2)
+    first = build_partition(config, train_labels, test_labels, 10, seed=seed)
+    named = build_partition(config.model_copy(update={"validation_draw": 0}), train_labels, test_labels, 10, seed=seed)
+    other = build_partition(config.model_copy(update={"validation_draw": draw}), train_labels, test_labels, 10, seed=seed)
+    assert all(np.array_equal(a.test_indices, b.test_indices) for a, b in zip(first.clients, named.clients))
+    for a, b in zip(first.clients, other.clients):
+        # the same client's images, split otherwise, with the same class counts held out
+        assert np.array_equal(np.union1d(a.train_indices, a.test_indices), np.union1d(b.train_indices, b.test_indices))
+        assert np.array_equal(np.bincount(train_labels[a.test_indices], minlength=10), np.bincount(train_labels[b.test_indices], minlength=10))
+    assert any(not np.array_equal(a.test_indices, b.test_indices) for a, b in zip(first.clients, other.clients))
+
+
 @settings(max_examples=25, deadline=None)
 @given(fraction=st.floats(0.05, 0.6), per_class=st.integers(3, 30), clients=st.integers(1, 8))
 def test_the_held_out_share_never_takes_a_class_s_last_training_image(fraction, per_class, clients):

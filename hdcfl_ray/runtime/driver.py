@@ -251,7 +251,7 @@ def run_simulation(
         _report_damaged_checkpoints(checkpoint, observer)
     choice_s = 0.0
     if prepared.auto_plan is not None:  # choose them; `scenario` stays as written, as the run folder records it
-        prepared = _with_auto_choices(prepared, run_dir, observer, checkpoint, auto_knobs_dir)
+        prepared = with_auto_choices(prepared, run_dir, observer, checkpoint, auto_knobs_dir)
         if checkpoint is None and prepared.auto_knobs is not None and not prepared.auto_knobs.from_cache:
             choice_s = prepared.auto_knobs.elapsed_s
     if choose_backend(scenario.runtime) == "local":
@@ -311,7 +311,7 @@ def _resumed_layout(
     )
 
 
-def _with_auto_choices(
+def with_auto_choices(
     prepared: PreparedRun, run_dir: Path, observer: RunObserver | None, checkpoint: CheckpointSearch | None, root: Path | None
 ) -> PreparedRun:
     """`prepared` with its auto knobs at their chosen values: chosen now (or read from
