@@ -82,8 +82,9 @@ def test_hdcfl_groups_train_one_candidate_and_replay_its_refreshes_for_the_other
     assert max(run.refresh.to_pydict()["num_groups"]) <= knob["chosen"]
 
 
-def _scored_as(scores: dict[float, float], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Candidates 'score' as given (by their IFCA cluster count), whatever they trained."""
+def _scored_as(scores: dict[float, float], monkeypatch: pytest.MonkeyPatch, finals: dict[float, float] | None = None) -> None:
+    """Candidates 'score' as given (by their IFCA cluster count), whatever they trained;
+    with `finals`, whole-schedule runs (the finalists) score as those give."""
     import yaml
 
     from hdcfl_ray.auto_knobs import choose
@@ -92,8 +93,10 @@ def _scored_as(scores: dict[float, float], monkeypatch: pytest.MonkeyPatch) -> N
 
     def fake(run_dir: Path, error: str | None) -> tuple[float, int]:
         _, samples = real(run_dir, error)
-        clusters = yaml.safe_load((run_dir / "scenario.yaml").read_text())["algorithm"]["ifca"]["clusters"]
-        return scores[float(clusters)], samples
+        written = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+        clusters = float(written["algorithm"]["ifca"]["clusters"])
+        finalist = "-whole-draw" in run_dir.name  # a finalist's folder (choose.py)
+        return (finals[clusters] if finals is not None and finalist else scores[clusters]), samples
 
     monkeypatch.setattr(choose, "_scored", fake)
 
@@ -114,6 +117,22 @@ def test_a_choice_at_the_grids_edge_tries_the_value_beyond_it_and_is_marked_wher
     _scored_as({2: 0.2, 4: 0.3, 10: 0.5, 16: 0.4}, monkeypatch)
     (knob,) = choose_auto_knobs(scenario, prepared.auto_plan, tmp_path / "c2", lambda text: None, run).knobs
     assert knob.extended == (16,) and knob.chosen == 10 and knob.at_edge is None  # inside what was tried
+
+
+def test_a_finalists_choice_at_the_grids_edge_tries_the_value_beyond_it_as_a_finalist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    partition = {"num_clients": 16, "test_per_client": 20}
+    scenario = build_scenario(_small("ifca", {"clusters": "auto"}, partition=partition, protocol={"rounds": 4}))
+    prepared = prepare_run(scenario)
+    assert prepared.auto_plan is not None and prepared.auto_plan.rounds == 3
+
+    def run(candidate: Any, run_dir: Path) -> None:
+        run_simulation(prepare_run(candidate, prepared.dataset), run_dir)
+
+    # the first rung picks 4 (inside the grid); the finalists (4, 10) pick 10, the grid's edge: 16 runs both rungs
+    _scored_as({2: 0.2, 4: 0.5, 10: 0.4, 16: 0.1}, monkeypatch, finals={4: 0.6, 10: 0.7, 16: 0.8})
+    (knob,) = choose_auto_knobs(scenario, prepared.auto_plan, tmp_path / "c", lambda text: None, run).knobs
+    assert knob.extended == (16,) and knob.chosen == 16 and knob.at_edge == "high"
+    assert sorted({(f.value, f.draw) for f in knob.finalists}) == [(4, 0), (4, 1), (10, 0), (10, 1), (16, 0), (16, 1)]
 
 
 def test_a_failed_candidate_is_not_cached_and_the_next_run_tries_it_again(tmp_path: Path) -> None:

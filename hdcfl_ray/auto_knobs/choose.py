@@ -15,8 +15,8 @@ What a candidate costs is kept to what tells the values apart:
 * values that change nothing a client trains (`AutoKnob.server_side`: HDC-FL's groups)
   are scored on replays of one candidate's saved refreshes;
 * a choice at the edge of its grid runs the value one step beyond it where the method
-  says that means something (`AutoKnob.beyond`), and is recorded at the edge when it
-  stays there.
+  says that means something (`AutoKnob.beyond`), once: after the first rung, or after the
+  finalists (then as a finalist too), and is recorded at the edge when it stays there.
 
 A choice with a failed candidate is not cached: the next run tries that value again."""
 
@@ -239,15 +239,26 @@ def _choose_knob(
         counted = not candidate.replayed
         notify(f"{knob.key} = {value:g} ({position}): {_outcome(candidate)} ({how}{progress.ran(seconds, plan.rounds, counted, trained)})")
 
+    def _beyond(value: AutoValue | None, tried: tuple[AutoValue, ...]) -> AutoValue | None:
+        """The value one step beyond `tried`'s edge where `value` sits there and the method
+        declares one that was neither tried nor skipped, else None."""
+        edge = _edge(value, tried)
+        if value is None or edge is None or declared.beyond is None:
+            return None
+        params = method_params(candidates.scenario_of(value).algorithm)
+        further = declared.beyond(params, value, edge, scenario.partition.num_clients)
+        if further is None or further in candidates.scored or any(v == further for v, _ in knob.skipped):
+            return None
+        return further
+
     for position, value in enumerate(knob.candidates, start=1):
         score(value, f"{position}/{len(knob.candidates)}")
     value = _pick(candidates)
     extended: list[AutoValue] = []
     edge = _edge(value, knob.candidates)
-    if edge is not None and declared.beyond is not None:
-        params = method_params(candidates.scenario_of(value).algorithm)
-        further = declared.beyond(params, value, edge, scenario.partition.num_clients)
-        if further is not None and further not in candidates.scored and not any(v == further for v, _ in knob.skipped):
+    if edge is not None:
+        further = _beyond(value, knob.candidates)
+        if further is not None:
             progress.plan([], [plan.rounds])
             notify(f"{knob.key}: auto: {value:g} is the grid's {'largest' if edge == 'high' else 'smallest'} value; trying {further:g} beyond it")
             score(further, "beyond the grid")
@@ -255,7 +266,22 @@ def _choose_knob(
             value = _pick(candidates)
     if value is None:
         raise RuntimeError(f"{knob.key}: auto: no candidate run ended with a score (see {entry}); give the knob a value")
-    value = _final_rung(plan, knob, candidates, notify, progress) or value
+    final = _final_rung(plan, knob, candidates, notify, progress)
+    if final is not None:
+        value = final
+        # the finalists' choice at the grid's edge looks one step beyond it too, where the first
+        # rung did not (one step beyond the grid at most), as a first-rung candidate and, when
+        # it scores, as a finalist on every draw
+        further = None if extended else _beyond(value, knob.candidates)
+        if further is not None:
+            if not declared.server_side:  # a server-side knob's values are replays: nothing more trains
+                progress.plan([], [plan.rounds, *[plan.full_rounds] * _finalist_draws_to_train(plan)])
+            notify(f"{knob.key}: auto: the finalists chose {value:g}, the grid's {'largest' if value == max(knob.candidates) else 'smallest'} value; trying {further:g} beyond it")
+            score(further, "beyond the grid")
+            extended.append(further)
+            if candidates.root(further) == further and not math.isnan(candidates.scored[further].validation_mean_accuracy):
+                _run_finalists(plan, knob, candidates, [further], notify, progress)
+                value = _finalists_choice(knob, candidates, notify) or value
     tried = [*knob.candidates, *extended]
     at_edge = _edge(value, tuple(sorted(tried)))
     return KnobChoice(
@@ -285,8 +311,7 @@ def _final_rung(plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, notify:
     same run in rung 1, the middle one), or None when fewer than two values go on."""
     values = candidates.finalist_values()
     planned = plan.runs_of(knob)[1 if knob.server_side else len(knob.candidates) :]
-    reused = 1 if plan.rounds == plan.full_rounds else 0
-    runs = (1 if knob.server_side else len(values)) * (plan.draws - reused) if len(values) > 1 else 0
+    runs = (1 if knob.server_side else len(values)) * _finalist_draws_to_train(plan) if len(values) > 1 else 0
     progress.plan(planned, [plan.full_rounds] * runs)
     if len(values) < 2:
         return None
@@ -294,6 +319,18 @@ def _final_rung(plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, notify:
         f"{knob.key}: auto: the better half ({', '.join(f'{value:g}' for value in values)}) runs the whole "
         f"{plan.full_rounds} rounds on {plan.draws} draws of the held-out share"
     )
+    _run_finalists(plan, knob, candidates, values, notify, progress)
+    return _finalists_choice(knob, candidates, notify)
+
+
+def _finalist_draws_to_train(plan: AutoPlan) -> int:
+    """The draws a finalist trains (draw 0 is rung 1's run when the schedule is not shortened)."""
+    return plan.draws - (1 if plan.rounds == plan.full_rounds else 0)
+
+
+def _run_finalists(
+    plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, values: list[AutoValue], notify: Notify, progress: _Progress
+) -> None:
     for draw in range(plan.draws):
         for value in values:
             started = time.perf_counter()
@@ -305,6 +342,9 @@ def _final_rung(plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, notify:
                 f"{knob.key} = {value:g} (finalist, draw {draw + 1}/{plan.draws}): {_outcome(finalist)} "
                 f"({how}{progress.ran(seconds, plan.full_rounds, trained, trained)})"
             )
+
+
+def _finalists_choice(knob: KnobPlan, candidates: _Candidates, notify: Notify) -> AutoValue | None:
     means = candidates.means()
     best = choose(sorted(means.items()))
     if best is None:
