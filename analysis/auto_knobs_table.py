@@ -12,6 +12,7 @@ from typing import Any
 
 from analysis.final_metrics import RunMetrics
 from analysis.report_table import ReportTable, Text
+from hdcfl_ray.auto_knobs.record import Candidate, means_over_draws
 
 
 def _value(value: Any) -> str:
@@ -42,17 +43,15 @@ def _tried(knob: dict[str, Any]) -> str:
 
 def _finalists(knob: dict[str, Any]) -> str:
     """Rung 2: each finalist's mean over the held-out draws, with the draws' scores."""
-    draws: dict[Any, list[Any]] = {}
-    for finalist in knob.get("finalists") or []:
-        draws.setdefault(finalist.get("value"), []).append(finalist.get("validation_mean_accuracy"))
-    if not draws:
+    finalists = [Candidate.from_dict(item) for item in knob.get("finalists") or []]
+    if not finalists:
         return "-"
+    means = means_over_draws(finalists)
 
-    def mean(scores: list[Any]) -> float:
-        numbers = [score for score in scores if isinstance(score, (int, float))]
-        return math.fsum(numbers) / len(numbers) if len(numbers) == len(scores) else math.nan
+    def draws(value: Any) -> str:
+        return " / ".join(_score(f.validation_mean_accuracy) for f in finalists if f.value == value)
 
-    return ", ".join(f"{_value(value)}: {_score(mean(scores))} ({' / '.join(_score(s) for s in scores)})" for value, scores in sorted(draws.items()))
+    return ", ".join(f"{_value(value)}: {_score(mean)} ({draws(value)})" for value, mean in sorted(means.items()))
 
 
 EDGE_FLAG = "at the grid's edge"

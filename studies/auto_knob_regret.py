@@ -50,7 +50,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "digits-ls2": {"partition.kind": "label_subset", "partition.k": 2},
     "digits-dir0.1": {"partition.kind": "dirichlet", "partition.alpha": 0.1},
 }
-ACTIVE_SETTINGS = set(SETTINGS)  # --settings: the choices this process makes (two processes can share the work)
 SEEDS = (61, 62, 63)
 METHODS = ("pacfl", "ifca", "fedprox", "fedce", "fedsoft", "hdcfl")
 # the reference every clustered method is read against (no knob: one fixed run per seed)
@@ -130,17 +129,20 @@ def run_fixed(out: Path, methods: list[str], seeds: list[int]) -> None:
               f"{100 * final_test_accuracy(run_dir):.2f}% (about {rate * (len(todo) - position) / 60:.0f} min left)", flush=True)
 
 
-def run_choices(out: Path, methods: list[str], seeds: list[int], only: set[tuple[str, str, int]] | None = None) -> None:
+def run_choices(
+    out: Path, settings: list[str], methods: list[str], seeds: list[int], only: set[tuple[str, str, int]] | None = None
+) -> None:
     """The auto choice of each setting, method and seed, as a run makes it (its candidates
-    and its record land in out/choice/); with `only`, just those (setting, method, seed)."""
+    and its record land in out/choice/); with `only`, just those (setting, method, seed).
+    Two processes given other `settings` share the work."""
     from types import SimpleNamespace
 
     from hdcfl_ray.api import resolve_scenario
     from hdcfl_ray.runtime.driver import prepare_run, with_auto_choices
 
-    for setting, method, seed in itertools.product(SETTINGS, methods, seeds):
+    for setting, method, seed in itertools.product(settings, methods, seeds):
         record_path = out / "choice" / setting / method / f"seed{seed}.json"
-        if record_path.is_file() or (only is not None and (setting, method, seed) not in only) or setting not in ACTIVE_SETTINGS:
+        if record_path.is_file() or (only is not None and (setting, method, seed) not in only):
             continue
         knobs = {f"algorithm.{method}.{key}": "auto" for key in grids(method, 20)}
         scenario = resolve_scenario(BASE, {**overrides(setting, method, seed, {}, out), **knobs})
@@ -258,7 +260,10 @@ def main() -> int:
     args = parser.parse_args()
     methods = [name for name in args.methods.split(",") if name]
     seeds = [int(seed) for seed in args.seeds.split(",")]
-    ACTIVE_SETTINGS.intersection_update(args.settings.split(","))
+    settings = [name for name in args.settings.split(",") if name]
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        parser.error(f"--settings: {', '.join(unknown)} not among {', '.join(SETTINGS)}")
     if args.part != "report":
         _pin_this_process()
     if args.part in ("fixed", "all"):
@@ -271,7 +276,7 @@ def main() -> int:
     if args.only:
         only = {(setting, method, int(seed)) for setting, method, seed in (case.split(":") for case in args.only.split(","))}
     if args.part in ("choice", "all"):
-        run_choices(args.out, methods, seeds, only)
+        run_choices(args.out, settings, methods, seeds, only)
     table = report(args.out, methods, seeds)
     print(table)
     if args.report is not None:

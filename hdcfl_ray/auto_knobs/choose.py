@@ -33,7 +33,7 @@ from typing import Any
 
 from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_choice, write_choice
 from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario, finalists
-from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice
+from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice, means_over_draws
 from hdcfl_ray.auto_knobs.selection import RULE, choose
 from hdcfl_ray.config.schema import Scenario, method_params
 from hdcfl_ray.contract.method import AutoKnob, AutoValue
@@ -201,12 +201,11 @@ class _Candidates:
         ranked = sorted(distinct, key=lambda value: (-self.scored[value].validation_mean_accuracy, value))
         return sorted(ranked[: finalists(len(ranked))])
 
-    def means(self) -> dict[AutoValue, float]:
-        """{finalist value: its mean validation score over the draws} (NaN: a draw without one)."""
-        scores: dict[AutoValue, list[float]] = {}
-        for (value, _), finalist in sorted(self.finalists.items()):
-            scores.setdefault(value, []).append(finalist.validation_mean_accuracy)
-        return {value: math.fsum(values) / len(values) for value, values in scores.items()}
+    def middle_twin(self, root: AutoValue) -> AutoValue:
+        """Of the values that gave `root`'s run, the middle one (the clustering they share
+        holds from the smallest to the largest of them)."""
+        twins = sorted(value for value in self.scored if self.root(value) == root)
+        return twins[(len(twins) - 1) // 2]
 
 
 def _choose_knob(
@@ -275,7 +274,7 @@ def _choose_knob(
         further = None if extended else _beyond(value, knob.candidates)
         if further is not None:
             if not declared.server_side:  # a server-side knob's values are replays: nothing more trains
-                progress.plan([], [plan.rounds, *[plan.full_rounds] * _finalist_draws_to_train(plan)])
+                progress.plan([], [plan.rounds, *[plan.full_rounds] * plan.finalist_draws_to_train])
             notify(f"{knob.key}: auto: the finalists chose {value:g}, the grid's {'largest' if value == max(knob.candidates) else 'smallest'} value; trying {further:g} beyond it")
             score(further, "beyond the grid")
             extended.append(further)
@@ -311,7 +310,7 @@ def _final_rung(plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, notify:
     same run in rung 1, the middle one), or None when fewer than two values go on."""
     values = candidates.finalist_values()
     planned = plan.runs_of(knob)[1 if knob.server_side else len(knob.candidates) :]
-    runs = (1 if knob.server_side else len(values)) * _finalist_draws_to_train(plan) if len(values) > 1 else 0
+    runs = (1 if knob.server_side else len(values)) * plan.finalist_draws_to_train if len(values) > 1 else 0
     progress.plan(planned, [plan.full_rounds] * runs)
     if len(values) < 2:
         return None
@@ -321,11 +320,6 @@ def _final_rung(plan: AutoPlan, knob: KnobPlan, candidates: _Candidates, notify:
     )
     _run_finalists(plan, knob, candidates, values, notify, progress)
     return _finalists_choice(knob, candidates, notify)
-
-
-def _finalist_draws_to_train(plan: AutoPlan) -> int:
-    """The draws a finalist trains (draw 0 is rung 1's run when the schedule is not shortened)."""
-    return plan.draws - (1 if plan.rounds == plan.full_rounds else 0)
 
 
 def _run_finalists(
@@ -345,13 +339,12 @@ def _run_finalists(
 
 
 def _finalists_choice(knob: KnobPlan, candidates: _Candidates, notify: Notify) -> AutoValue | None:
-    means = candidates.means()
-    best = choose(sorted(means.items()))
+    means = sorted(means_over_draws(candidates.finalists.values()).items())
+    best = choose(means)
     if best is None:
         return None
-    notify(f"{knob.key}: auto: means over the draws: {', '.join(f'{v:g} {100 * m:.2f}%' for v, m in sorted(means.items()))}")
-    twins = sorted(value for value in candidates.scored if candidates.root(value) == best)
-    return twins[(len(twins) - 1) // 2]
+    notify(f"{knob.key}: auto: means over the draws: {', '.join(f'{v:g} {100 * m:.2f}%' for v, m in means)}")
+    return candidates.middle_twin(best)
 
 
 def _edge(value: AutoValue | None, grid: tuple[AutoValue, ...]) -> str | None:
@@ -366,15 +359,10 @@ def _edge(value: AutoValue | None, grid: tuple[AutoValue, ...]) -> str | None:
 
 
 def _pick(candidates: _Candidates) -> AutoValue | None:
-    """The rule's value; of values that gave the same run, the middle one (the clustering
-    they share holds from the smallest to the largest of them)."""
+    """The rule's value among rung 1's scores; of values that gave the same run, the middle one."""
     scored = [(value, candidate.validation_mean_accuracy) for value, candidate in sorted(candidates.scored.items())]
     best = choose(scored)
-    if best is None:
-        return None
-    root = candidates.same_run.get(best, best)
-    twins = sorted(value for value in candidates.scored if candidates.same_run.get(value, value) == root)
-    return twins[(len(twins) - 1) // 2]
+    return None if best is None else candidates.middle_twin(candidates.root(best))
 
 
 def replay_candidate(trained_dir: Path, key: str, value: AutoValue, run_dir: Path) -> Candidate:

@@ -72,8 +72,12 @@ class AutoPlan:
         finalist_runs = 1 if knob.server_side else finalists(len(knob.candidates))
         if len(knob.candidates) < 2:
             return first
-        draws = self.draws - (1 if self.rounds == self.full_rounds else 0)
-        return [*first, *[self.full_rounds] * (finalist_runs * draws)]
+        return [*first, *[self.full_rounds] * (finalist_runs * self.finalist_draws_to_train)]
+
+    @property
+    def finalist_draws_to_train(self) -> int:
+        """The draws a finalist trains (draw 0 is rung 1's run when the schedule is not shortened)."""
+        return self.draws - (1 if self.rounds == self.full_rounds else 0)
 
     def describe(self) -> list[str]:
         """One line per knob, for `hdcfl-ray validate` and the start of a run."""

@@ -20,6 +20,7 @@ while this one was chosen."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,15 @@ class Candidate:
         )
 
 
+def means_over_draws(finalists: Iterable[Candidate]) -> dict[AutoValue, float]:
+    """{finalist value: its mean validation score over its draws} (NaN when a draw has none):
+    what the rule chooses among."""
+    scores: dict[AutoValue, list[float]] = {}
+    for finalist in finalists:
+        scores.setdefault(finalist.value, []).append(finalist.validation_mean_accuracy)
+    return {value: math.fsum(values) / len(values) for value, values in scores.items()}
+
+
 @dataclass(frozen=True)
 class KnobChoice:
     key: str  # algorithm.<method>.<field>
@@ -87,13 +97,6 @@ class KnobChoice:
     @property
     def samples_trained(self) -> int:
         return sum(candidate.samples_trained for candidate in (*self.candidates, *self.finalists))
-
-    def finalist_means(self) -> dict[AutoValue, float]:
-        """{finalist value: its mean validation score over the draws} (NaN when a draw has none)."""
-        scores: dict[AutoValue, list[float]] = {}
-        for finalist in self.finalists:
-            scores.setdefault(finalist.value, []).append(finalist.validation_mean_accuracy)
-        return {value: math.fsum(values) / len(values) for value, values in scores.items()}
 
     def as_dict(self) -> dict[str, Any]:
         return {
