@@ -16,7 +16,10 @@ and reports, per setting, method and seed, the value chosen, its test accuracy (
 run with that value: the same scenario and seed, so the same bits), the best fixed value
 and its accuracy, the regret (best minus chosen) and the seed spread (the sample std over
 the seeds of the best fixed accuracy), with the verdict "within the seed spread" when the
-regret is at most that spread.
+regret is at most that spread. The report then measures, from the same runs, what the
+criterion asks (a choice made on the test set one evaluated round before the end, scored
+the same way) and how each client's held-out images weigh its rare classes against its
+test images.
 
     python studies/auto_knob_regret.py [--out runs/auto-regret] [--methods pacfl,ifca,...] [--seeds 61,62,63]
         [--part fixed|choice|report|all] [--settings digits-ls2,digits-dir0.1] [--report docs/auto-knob-regret.md]
@@ -94,11 +97,16 @@ def finished(run_dir: Path) -> bool:
     return manifest.is_file() and json.loads(manifest.read_text()).get("status") == "completed"
 
 
-def final_test_accuracy(run_dir: Path) -> float:
+def test_accuracy_by_round(run_dir: Path) -> list[float]:
+    """The run's mean client test accuracy at each evaluated round, in round order."""
     import pyarrow.parquet as pq
 
-    rows = [row for row in pq.read_table(run_dir / "rounds.parquet").to_pylist() if row["evaluated"]]
-    return float(max(rows, key=lambda row: row["round"])["mean_accuracy"])
+    rows = sorted((row for row in pq.read_table(run_dir / "rounds.parquet").to_pylist() if row["evaluated"]), key=lambda row: row["round"])
+    return [float(row["mean_accuracy"]) for row in rows]
+
+
+def final_test_accuracy(run_dir: Path) -> float:
+    return test_accuracy_by_round(run_dir)[-1]
 
 
 def value_name(values: dict[str, Any]) -> str:
@@ -206,6 +214,83 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
     return _summary(summary, seconds) + "\n" + "\n".join(lines) + "\n" + tail
 
 
+def fixed_curves(out: Path, setting: str, method: str, seeds: list[int]) -> dict[int, dict[str, list[float]]]:
+    """Per seed, each finished fixed value's test accuracy by round."""
+    knobs = grids(method, 20)
+    curves: dict[int, dict[str, list[float]]] = {}
+    for combination in itertools.product(*knobs.values()):
+        name = value_name(dict(zip(knobs, combination)))
+        for seed in seeds:
+            run_dir = out / "fixed" / setting / method / name / f"seed{seed}"
+            if finished(run_dir):
+                curves.setdefault(seed, {})[name] = test_accuracy_by_round(run_dir)
+    return curves
+
+
+def oracle_floor(out: Path, methods: list[str], seeds: list[int]) -> str:
+    """What the criterion asks of any rule: a choice made on the test set itself, one
+    evaluated round before the end (the value best on test there), scored like the
+    choices (its regret at the end against the seed spread of the best final value)."""
+    lines = [
+        "| setting | method | seed | best on test one round before the end | its final test acc. | best final value | its test acc. | regret (pp) | seed spread (pp) | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    outside, total = 0, 0
+    for setting, method in itertools.product(SETTINGS, methods):
+        curves = fixed_curves(out, setting, method, seeds)
+        best_final = {seed: max(values.items(), key=lambda item: item[1][-1]) for seed, values in curves.items() if values}
+        if len(best_final) < 2:
+            continue
+        spread = 100 * statistics.stdev(curve[-1] for _, curve in best_final.values())
+        for seed, values in curves.items():
+            early, early_curve = max(values.items(), key=lambda item: item[1][-2] if len(item[1]) > 1 else -1.0)
+            best_name, best_curve = best_final[seed]
+            regret = 100 * (best_curve[-1] - early_curve[-1])
+            inside = regret <= spread + 1e-9
+            outside += not inside
+            total += 1
+            lines.append(
+                f"| {setting} | {method} | {seed} | {early} | {100 * early_curve[-1]:.2f} | {best_name} | {100 * best_curve[-1]:.2f} | "
+                f"{regret:.2f} | {spread:.2f} | {'within the seed spread' if inside else 'outside the seed spread'} |"
+            )
+    lines.append("")
+    lines.append(f"{total - outside} of {total} test-set choices one round early within the seed spread.")
+    return "\n".join(lines) + "\n"
+
+
+def validation_composition(seeds: list[int], minority_share: float = 0.1) -> str:
+    """How each client's held-out images and its test images weigh its minority classes
+    (those holding at most `minority_share` of its training images), per setting and seed:
+    the mean over clients of the share of its scored images from those classes."""
+    import numpy as np
+
+    from hdcfl_ray.api import resolve_scenario
+    from hdcfl_ray.data.partitions.build import partition_dataset
+    from hdcfl_ray.data.sources import load_dataset
+
+    lines = [
+        f"| setting | seed | clients' held-out images from classes of at most {minority_share:.0%} of their training images | their test images from those classes |",
+        "|---|---|---|---|",
+    ]
+    for setting, seed in itertools.product(SETTINGS, seeds):
+        scenario = resolve_scenario(BASE, {"seed": seed, **SETTINGS[setting]})
+        dataset = load_dataset(scenario.dataset, scenario.seed)
+        labels = {"train": dataset.train_labels, "test": dataset.test_labels}
+        config = scenario.partition
+        held_out = partition_dataset(config.model_copy(update={"validation_fraction": 0.2}), dataset, seed)
+        tested = partition_dataset(config, dataset, seed)
+        num_classes = dataset.num_classes
+        shares: list[tuple[float, float]] = []
+        for validation_client, test_client in zip(held_out.clients, tested.clients):
+            train = np.bincount(labels["train"][test_client.train_indices], minlength=num_classes)
+            minority = (train > 0) & (train <= minority_share * train.sum())
+            scored_validation = np.bincount(labels["train"][validation_client.test_indices], minlength=num_classes)
+            scored_test = np.bincount(labels["test"][test_client.test_indices], minlength=num_classes)
+            shares.append((scored_validation[minority].sum() / scored_validation.sum(), scored_test[minority].sum() / scored_test.sum()))
+        lines.append(f"| {setting} | {seed} | {100 * np.mean([a for a, _ in shares]):.1f}% | {100 * np.mean([b for _, b in shares]):.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
 def _summary(rows: list[tuple[str, str, float, float]], seconds: dict[str, list[float]]) -> str:
     """Per method: the choices outside the seed spread, the mean and largest regret, and
     the median time a choice took; and the whole study's line."""
@@ -278,6 +363,8 @@ def main() -> int:
     if args.part in ("choice", "all"):
         run_choices(args.out, settings, methods, seeds, only)
     table = report(args.out, methods, seeds)
+    table += "\n## What the criterion asks: a choice made on the test set one round early\n\n" + oracle_floor(args.out, methods, seeds)
+    table += "\n## What the held-out images weigh\n\n" + validation_composition(seeds)
     print(table)
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
