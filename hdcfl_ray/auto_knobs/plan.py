@@ -14,8 +14,8 @@ The schedule is successive halving, in two rungs:
 
 Every candidate holds out a fifth of each client's training images, per class
 (`partition.validation_fraction: 0.2`, the `hdcfl-ray calibrate` default; a run that
-already holds out a share keeps its own), which it is scored on, each class weighted
-as in the client's test images (data/partitions/build.py): no test image is read."""
+already holds out a share keeps its own), which it is scored on: the test split is
+never read."""
 
 from __future__ import annotations
 

@@ -12,9 +12,8 @@ from hdcfl_ray.contract.method import AutoValue
 
 RULE = (
     "successive halving: every value a shortened run, the better half (at least two) the whole schedule on "
-    "two draws of the validation images held out of each client's training data, each class weighted as in the "
-    "client's test images; of those, the highest final mean client accuracy averaged over the draws (ties: the "
-    "smaller value)"
+    "two draws of the validation images held out of each client's training data; of those, the highest final mean "
+    "client accuracy averaged over the draws (ties: the smaller value)"
 )
 
 

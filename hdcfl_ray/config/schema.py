@@ -231,9 +231,8 @@ class PartitionConfig(PluginSections):
         None,
         gt=0.0,
         lt=1.0,
-        description="hold out this fraction of each client's training images (seeded, per class; at least one of "
-        "each class of two or more that its test images hold) and score the run on them instead of the test set, each "
-        "class weighted as in the client's test images: the data `hdcfl-ray calibrate` chooses knobs on (reports list such runs "
+        description="hold out this fraction of each client's training images (seeded, per class) and score the "
+        "run on them instead of the test set: the data `hdcfl-ray calibrate` chooses knobs on (reports list such runs "
         "in a table of their own, never in a test table, rank or macro value); null = score on the test set",
     )
     validation_draw: int = Field(

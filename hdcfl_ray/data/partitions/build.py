@@ -65,44 +65,24 @@ def build_partition(
     )
     if config.validation_fraction is not None:
         clients = tuple(
-            _hold_out_validation(client, train_labels, test_labels, num_classes, config.validation_fraction, seed, config.validation_draw)
-            for client in clients
+            _hold_out_validation(client, train_labels, config.validation_fraction, seed, config.validation_draw) for client in clients
         )
     return Partition(clients=clients)
 
 
-def _hold_out_validation(
-    client: ClientData,
-    train_labels: np.ndarray,
-    test_labels: np.ndarray,
-    num_classes: int,
-    fraction: float,
-    seed: int,
-    draw: int = 0,
-) -> ClientData:
+def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction: float, seed: int, draw: int = 0) -> ClientData:
     """Move a seeded share of the client's training images, per class, into the
     images it is scored on: the run then never reads the test split.
 
-    The share follows the client's class proportions (largest remainder) over the
-    classes its test images weigh, and every such class with two or more training
-    images holds out at least one, so a class the client holds little of is scored too;
-    a class keeps at least one training image, and a class its test images do not weigh
-    keeps all. The draw depends on the run seed and the client only, so the same client
-    holds out the same images whatever the method; another `draw` holds out another
-    seeded share of the same client.
-
-    The client is scored as its test images would score it: `held_out_scored_list`
-    weighs each class as the client's test draw does (how many test images of each
-    class it holds: never a test image, nor which image has which label)."""
+    The share follows the client's class proportions (largest remainder); a class
+    keeps at least one training image. The draw depends on the run seed and the
+    client only, so the same client holds out the same images whatever the method;
+    another `draw` holds out another seeded share of the same client."""
     indices = client.train_indices
     labels = train_labels[indices]
-    counts = np.bincount(labels, minlength=num_classes)
-    test_counts = np.bincount(test_labels[client.test_indices], minlength=num_classes)
-    weights = test_counts if test_counts.any() else counts
-    weighed = weights > 0
+    counts = np.bincount(labels, minlength=int(train_labels.max(initial=0)) + 1)
     num_validation = max(1, round(fraction * indices.shape[0]))
-    per_class = allocate_test_counts(np.where(weighed, counts, 0), num_validation, np.where(weighed, np.maximum(counts - 1, 0), 0))
-    per_class = np.where(weighed & (counts >= 2), np.maximum(per_class, 1), per_class)
+    per_class = allocate_test_counts(counts, num_validation, np.maximum(counts - 1, 0))
     keys = (client.client_id,) if draw == 0 else (client.client_id, draw)
     rng = seeding.rng(seed, "validation_split", *keys)
     held_out = [
@@ -117,37 +97,9 @@ def _hold_out_validation(
     return replace(
         client,
         train_indices=np.setdiff1d(indices, validation, assume_unique=True).astype(np.int64),
-        test_indices=held_out_scored_list(validation, train_labels, weights, max(int(test_counts.sum()), validation.shape[0])),
+        test_indices=validation,
         test_from_train=True,
     )
-
-
-def held_out_scored_list(held_out: np.ndarray, train_labels: np.ndarray, class_weights: np.ndarray, size: int) -> np.ndarray:
-    """The held-out images a client is scored on, each class weighted as in its test draw.
-
-    A client's test images follow its training class proportions until a class runs out
-    of test images, the rest going to its other classes; its held-out images follow the
-    proportions of its training images, rounded per class. The two can weigh a class the
-    client holds little of very differently. So the scored list splits at least `size`
-    entries (the client's test count) over the classes it held images out of in
-    proportion to `class_weights` (its test images per class; largest remainder), each
-    class's held-out images repeated in turn: the mean over the list is the per-class
-    accuracy weighted as the test images weigh it. The list grows until every held-out
-    image of a weighed class is in it (at most ten times `size`). A class without a
-    held-out image (its only training image stays) passes its weight to the others; a
-    class the test images do not weigh is not scored. Sorted; an image may
-    occur more than once."""
-    held_labels = train_labels[held_out]
-    held_counts = np.bincount(held_labels, minlength=class_weights.shape[0])
-    weights = np.where(held_counts > 0, class_weights, 0)
-    if not weights.any():  # the test images hold none of the held-out classes: the held-out proportions
-        weights = held_counts
-    weighed = weights > 0  # a class the test images do not weigh is not scored either
-    enough = int(np.max(np.ceil(held_counts[weighed] * weights.sum() / weights[weighed])))
-    total = max(size, min(enough, 10 * size))
-    per_class = allocate_test_counts(weights, total, np.full(weights.shape[0], total, dtype=np.int64))
-    scored = [np.resize(held_out[held_labels == label], int(count)) for label, count in enumerate(per_class) if count]
-    return np.sort(np.concatenate(scored)).astype(np.int64)
 
 
 def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Generator, ids: SampleIds | None) -> TrainSplit:

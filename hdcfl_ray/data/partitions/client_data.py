@@ -17,8 +17,7 @@ class ClientData:
     shift: Shift  # the feature shift applied to this client's train and test images alike
     true_group: int | None  # planted group (shift level index, class-set id) when one exists
     # the scored images are a held-out share of the client's own training images
-    # (`partition.validation_fraction`): test_indices then index the train split, and an
-    # image may occur more than once (each class weighted as in the client's test draw)
+    # (`partition.validation_fraction`): test_indices then index the train split
     test_from_train: bool = False
 
     @property
