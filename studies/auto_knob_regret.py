@@ -24,6 +24,7 @@ test images.
     python studies/auto_knob_regret.py [--out runs/auto-regret] [--methods pacfl,ifca,...] [--seeds 61,62,63]
         [--part fixed|choice|report|all] [--settings digits-ls2,digits-dir0.1] [--report docs/auto-knob-regret.md]
         [--round-share 1 --only SETTING:METHOD:SEED,...]   # the full-schedule probe
+        [--finalist-draws 5 --only SETTING:METHOD:SEED,...]  # the more-draws probe
 
 The probe's out folder links the fixed runs (`ln -s ../auto-regret/fixed runs/auto-regret-full/fixed`)
 and makes only the choices named.
@@ -138,11 +139,17 @@ def run_fixed(out: Path, methods: list[str], seeds: list[int]) -> None:
 
 
 def run_choices(
-    out: Path, settings: list[str], methods: list[str], seeds: list[int], only: set[tuple[str, str, int]] | None = None
+    out: Path,
+    settings: list[str],
+    methods: list[str],
+    seeds: list[int],
+    only: set[tuple[str, str, int]] | None = None,
+    finalist_draws: int | None = None,
 ) -> None:
     """The auto choice of each setting, method and seed, as a run makes it (its candidates
     and its record land in out/choice/); with `only`, just those (setting, method, seed).
-    Two processes given other `settings` share the work."""
+    Two processes given other `settings` share the work. `finalist_draws`: each
+    finalist runs on this many held-out draws instead of the rule's own (a probe)."""
     from types import SimpleNamespace
 
     from hdcfl_ray.api import resolve_scenario
@@ -156,6 +163,10 @@ def run_choices(
         scenario = resolve_scenario(BASE, {**overrides(setting, method, seed, {}, out), **knobs})
         prepared = prepare_run(scenario)
         assert prepared.auto_plan is not None, f"{method} has no auto knob"
+        if finalist_draws is not None:
+            import dataclasses
+
+            prepared = dataclasses.replace(prepared, auto_plan=dataclasses.replace(prepared.auto_plan, draws=finalist_draws))
         started = time.perf_counter()
         # the run's own choosing (its candidates, probes and cache), with its notes printed
         observer = SimpleNamespace(on_notice=lambda text: print(f"  {text}", flush=True))
@@ -340,6 +351,8 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=None, help="write the table here too")
     parser.add_argument("--round-share", type=float, default=None,
                         help="candidates run this share of the run's rounds (the rule's own is 0.4; 1 = the whole schedule)")
+    parser.add_argument("--finalist-draws", type=int, default=None,
+                        help="each finalist runs on this many held-out draws (the rule's own is 2)")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="the settings whose choices this process makes")
     parser.add_argument("--only", default=None, help="choices to make, e.g. digits-ls2:fedce:61,digits-dir0.1:pacfl:62")
     args = parser.parse_args()
@@ -361,7 +374,7 @@ def main() -> int:
     if args.only:
         only = {(setting, method, int(seed)) for setting, method, seed in (case.split(":") for case in args.only.split(","))}
     if args.part in ("choice", "all"):
-        run_choices(args.out, settings, methods, seeds, only)
+        run_choices(args.out, settings, methods, seeds, only, args.finalist_draws)
     table = report(args.out, methods, seeds)
     table += "\n## What the criterion asks: a choice made on the test set one round early\n\n" + oracle_floor(args.out, methods, seeds)
     table += "\n## What the held-out images weigh\n\n" + validation_composition(seeds)
