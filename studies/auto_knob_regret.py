@@ -185,20 +185,8 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
     summary: list[tuple[str, str, float, float]] = []
     seconds: dict[str, list[float]] = {}
     for setting, method in itertools.product(SETTINGS, methods):
-        knobs = grids(method, 20)
-        accuracy: dict[tuple[str, int], float] = {}
-        for combination in itertools.product(*knobs.values()):
-            values = dict(zip(knobs, combination))
-            for seed in seeds:
-                run_dir = out / "fixed" / setting / method / value_name(values) / f"seed{seed}"
-                if finished(run_dir):
-                    accuracy[(value_name(values), seed)] = final_test_accuracy(run_dir)
-        best_per_seed = {}
-        for seed in seeds:
-            scored = {name: value for (name, s), value in accuracy.items() if s == seed}
-            if scored:
-                best_per_seed[seed] = max(scored.items(), key=lambda item: item[1])
-        spread = statistics.stdev([value for _, value in best_per_seed.values()]) if len(best_per_seed) > 1 else math.nan
+        curves = fixed_curves(out, setting, method, seeds)
+        best_per_seed, spread = best_final_values(curves)
         for seed in seeds:
             record_path = out / "choice" / setting / method / f"seed{seed}.json"
             if seed not in best_per_seed or not record_path.is_file():
@@ -207,8 +195,8 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
             record = document["record"]
             seconds.setdefault(method, []).append(float(document["seconds"]))
             chosen = {knob["key"].rsplit(".", 1)[1]: knob["chosen"] for knob in record["knobs"]}
-            chosen_accuracy = accuracy.get((value_name(chosen), seed), math.nan)
-            best_name, best_accuracy = best_per_seed[seed]
+            chosen_accuracy = curves[seed].get(value_name(chosen), [math.nan])[-1]
+            best_name, (*_, best_accuracy) = best_per_seed[seed]
             regret = 100 * (best_accuracy - chosen_accuracy)
             verdict = "within the seed spread" if regret <= 100 * spread + 1e-9 else "outside the seed spread"
             summary.append((setting, method, regret, 100 * spread))
@@ -238,6 +226,14 @@ def fixed_curves(out: Path, setting: str, method: str, seeds: list[int]) -> dict
     return curves
 
 
+def best_final_values(curves: dict[int, dict[str, list[float]]]) -> tuple[dict[int, tuple[str, list[float]]], float]:
+    """Per seed, the fixed value with the best final test accuracy (name, curve), and the
+    seed spread: the sample std over the seeds of that best final accuracy (NaN with one seed)."""
+    best = {seed: max(values.items(), key=lambda item: item[1][-1]) for seed, values in curves.items() if values}
+    spread = statistics.stdev(curve[-1] for _, curve in best.values()) if len(best) > 1 else math.nan
+    return best, spread
+
+
 def oracle_floor(out: Path, methods: list[str], seeds: list[int]) -> str:
     """What the criterion asks of any rule: a choice made on the test set itself, one
     evaluated round before the end (the value best on test there), scored like the
@@ -249,10 +245,10 @@ def oracle_floor(out: Path, methods: list[str], seeds: list[int]) -> str:
     outside, total = 0, 0
     for setting, method in itertools.product(SETTINGS, methods):
         curves = fixed_curves(out, setting, method, seeds)
-        best_final = {seed: max(values.items(), key=lambda item: item[1][-1]) for seed, values in curves.items() if values}
+        best_final, spread = best_final_values(curves)
         if len(best_final) < 2:
             continue
-        spread = 100 * statistics.stdev(curve[-1] for _, curve in best_final.values())
+        spread *= 100
         for seed, values in curves.items():
             early, early_curve = max(values.items(), key=lambda item: item[1][-2] if len(item[1]) > 1 else -1.0)
             best_name, best_curve = best_final[seed]
