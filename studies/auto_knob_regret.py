@@ -192,9 +192,8 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
             if seed not in best_per_seed or not record_path.is_file():
                 continue
             document = json.loads(record_path.read_text())
-            record = document["record"]
             seconds.setdefault(method, []).append(float(document["seconds"]))
-            chosen = {knob["key"].rsplit(".", 1)[1]: knob["chosen"] for knob in record["knobs"]}
+            chosen = chosen_values(document["record"])
             chosen_accuracy = curves[seed].get(value_name(chosen), [math.nan])[-1]
             best_name, (*_, best_accuracy) = best_per_seed[seed]
             regret = 100 * (best_accuracy - chosen_accuracy)
@@ -211,6 +210,48 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
     if worst is not None:
         tail = f"\nLargest regret over its seed spread: {worst[1]} on {worst[0]}, {worst[2]:.2f} pp against {worst[3]:.2f} pp.\n"
     return _summary(summary, seconds) + "\n" + "\n".join(lines) + "\n" + tail
+
+
+def chosen_values(record: dict[str, Any]) -> dict[str, Any]:
+    """The values a choice's record chose, by knob field."""
+    return {knob["key"].rsplit(".", 1)[1]: knob["chosen"] for knob in record["knobs"]}
+
+
+def paired_against_best(out: Path, methods: list[str], seeds: list[int], last_rounds: int) -> str:
+    """The project's verdict rule (analysis/verdict.py) applied to the rule itself: per
+    setting and method, `auto` against the single fixed value with the best mean test
+    accuracy over the seeds (found after the fact), paired seed by seed. A run's accuracy
+    is its mean client test accuracy averaged over its last `last_rounds` evaluated rounds."""
+    sys.path.insert(0, str(REPO))
+    from analysis.verdict import paired_verdict
+
+    lines = [
+        "| setting | method | auto's choices (61 / 62 / 63) | auto: mean ± std | best fixed value | its mean ± std | auto minus it, per seed (pp) | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts: list[str] = []
+    for setting, method in itertools.product(SETTINGS, methods):
+        curves = fixed_curves(out, setting, method, seeds)
+        documents = {seed: out / "choice" / setting / method / f"seed{seed}.json" for seed in seeds}
+        if set(curves) != set(seeds) or not all(path.is_file() for path in documents.values()):
+            continue
+        scores = {seed: {name: statistics.mean(curve[-last_rounds:]) for name, curve in values.items()} for seed, values in curves.items()}
+        shared = set.intersection(*(set(values) for values in scores.values()))
+        best = max(sorted(shared), key=lambda name: statistics.mean(scores[seed][name] for seed in seeds))
+        chosen = {seed: value_name(chosen_values(json.loads(documents[seed].read_text())["record"])) for seed in seeds}
+        auto = [100 * scores[seed][chosen[seed]] for seed in seeds]
+        fixed = [100 * scores[seed][best] for seed in seeds]
+        differences = [a - b for a, b in zip(auto, fixed)]
+        verdict = paired_verdict(differences)
+        verdicts.append(verdict)
+        lines.append(
+            f"| {setting} | {method} | {' / '.join(chosen[seed] for seed in seeds)} | {statistics.mean(auto):.2f} ± {statistics.stdev(auto):.2f} | "
+            f"{best} | {statistics.mean(fixed):.2f} ± {statistics.stdev(fixed):.2f} | {', '.join(f'{d:+.2f}' for d in differences)} | {verdict} |"
+        )
+    counts = ", ".join(f"{verdicts.count(word)} {word}" for word in dict.fromkeys(verdicts))
+    lines.append("")
+    lines.append(f"Of {len(verdicts)} settings and methods, auto against the best fixed value: {counts}.")
+    return "\n".join(lines) + "\n"
 
 
 def fixed_curves(out: Path, setting: str, method: str, seeds: list[int]) -> dict[int, dict[str, list[float]]]:
@@ -373,11 +414,16 @@ def main() -> int:
         run_choices(args.out, settings, methods, seeds, only, args.finalist_draws)
     table = report(args.out, methods, seeds)
     table += "\n## What the criterion asks: a choice made on the test set one round early\n\n" + oracle_floor(args.out, methods, seeds)
+    for last_rounds in (1, 3):
+        table += (f"\n## By the project's verdict rule, accuracy {'at the last round' if last_rounds == 1 else f'averaged over the last {last_rounds} rounds'}\n\n"
+                  + paired_against_best(args.out, methods, seeds, last_rounds))
     table += "\n## What the held-out images weigh\n\n" + validation_composition(seeds)
     print(table)
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(table)
+        command = " ".join(["python studies/auto_knob_regret.py", *(arg if " " not in arg else repr(arg) for arg in sys.argv[1:])])
+        header = f"# The `auto` rule's regret study: its tables\n\nWritten by `{command}`; docs/auto-knob-regret.md reads them.\n\n"
+        args.report.write_text(header + table)
     return 0
 
 
