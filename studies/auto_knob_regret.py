@@ -226,10 +226,12 @@ def paired_against_best(out: Path, methods: list[str], seeds: list[int], last_ro
     from analysis.verdict import paired_verdict
 
     lines = [
-        "| setting | method | auto's choices (61 / 62 / 63) | auto: mean ± std | best fixed value | its mean ± std | auto minus it, per seed (pp) | verdict |",
+        f"| setting | method | auto's choices ({' / '.join(map(str, seeds))}) | auto: mean ± std | best fixed value | its mean ± std | auto minus it, per seed (pp) | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
     verdicts: list[str] = []
+    if len(seeds) < 2:
+        return "One seed: no verdict.\n"
     for setting, method in itertools.product(SETTINGS, methods):
         curves = fixed_curves(out, setting, method, seeds)
         documents = {seed: out / "choice" / setting / method / f"seed{seed}.json" for seed in seeds}
