@@ -19,12 +19,15 @@ the seeds of the best fixed accuracy), with the verdict "within the seed spread"
 regret is at most that spread. The report then measures, from the same runs, what the
 criterion asks (a choice made on the test set one evaluated round before the end, scored
 the same way) and how each client's held-out images weigh its rare classes against its
-test images.
+test images, and judges `auto` as a method by the project's paired verdict rule
+(analysis/verdict.py) against the one fixed value with the best mean over the seeds, at
+the last round and over the last three.
 
     python studies/auto_knob_regret.py [--out runs/auto-regret] [--methods pacfl,ifca,...] [--seeds 61,62,63]
-        [--part fixed|choice|report|all] [--settings digits-ls2,digits-dir0.1] [--report docs/auto-knob-regret.md]
+        [--part fixed|choice|report|all] [--settings digits-ls2,digits-dir0.1] [--report docs/auto-knob-regret-tables.md]
         [--round-share 1 --only SETTING:METHOD:SEED,...]   # the full-schedule probe
         [--finalist-draws 5 --only SETTING:METHOD:SEED,...]  # the more-draws probe
+        [--seeds 61,62,63,64,65]  # docs/auto-knob-regret-tables-5-seeds.md: two more seeds (64, 65 run as 61-63)
 
 The probe's out folder links the fixed runs (`ln -s ../auto-regret/fixed runs/auto-regret-full/fixed`)
 and makes only the choices named.
