@@ -225,16 +225,15 @@ def paired_against_best(out: Path, methods: list[str], seeds: list[int], last_ro
     setting and method, `auto` against the single fixed value with the best mean test
     accuracy over the seeds (found after the fact), paired seed by seed. A run's accuracy
     is its mean client test accuracy averaged over its last `last_rounds` evaluated rounds."""
-    sys.path.insert(0, str(REPO))
     from analysis.verdict import paired_verdict
 
+    if len(seeds) < 2:
+        return "One seed: no verdict.\n"
     lines = [
         f"| setting | method | auto's choices ({' / '.join(map(str, seeds))}) | auto: mean ± std | best fixed value | its mean ± std | auto minus it, per seed (pp) | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
     verdicts: list[str] = []
-    if len(seeds) < 2:
-        return "One seed: no verdict.\n"
     for setting, method in itertools.product(SETTINGS, methods):
         curves = fixed_curves(out, setting, method, seeds)
         documents = {seed: out / "choice" / setting / method / f"seed{seed}.json" for seed in seeds}
