@@ -243,19 +243,27 @@ def paired_against_best(out: Path, methods: list[str], seeds: list[int], last_ro
         shared = set.intersection(*(set(values) for values in scores.values()))
         best = max(sorted(shared), key=lambda name: statistics.mean(scores[seed][name] for seed in seeds))
         chosen = {seed: value_name(chosen_values(json.loads(documents[seed].read_text())["record"])) for seed in seeds}
+        same_as_local = {seed for seed in seeds if curves[seed][chosen[seed]] == local_curve(out, setting, seed)}
         auto = [100 * scores[seed][chosen[seed]] for seed in seeds]
         fixed = [100 * scores[seed][best] for seed in seeds]
         differences = [a - b for a, b in zip(auto, fixed)]
         verdict = paired_verdict(differences)
         verdicts.append(verdict)
         lines.append(
-            f"| {setting} | {method} | {' / '.join(chosen[seed] for seed in seeds)} | {statistics.mean(auto):.2f} ± {statistics.stdev(auto):.2f} | "
+            f"| {setting} | {method} | {' / '.join(chosen[seed] + (' (Local)' if seed in same_as_local else '') for seed in seeds)} | {statistics.mean(auto):.2f} ± {statistics.stdev(auto):.2f} | "
             f"{best} | {statistics.mean(fixed):.2f} ± {statistics.stdev(fixed):.2f} | {', '.join(f'{d:+.2f}' for d in differences)} | {verdict} |"
         )
     counts = ", ".join(f"{verdicts.count(word)} {word}" for word in dict.fromkeys(verdicts))
     lines.append("")
-    lines.append(f"Of {len(verdicts)} settings and methods, auto against the best fixed value: {counts}.")
+    lines.append(f"Of {len(verdicts)} settings and methods, auto against the best fixed value: {counts}. "
+                 "(Local): the chosen run is Local's, bit for bit (one cluster per client).")
     return "\n".join(lines) + "\n"
+
+
+def local_curve(out: Path, setting: str, seed: int) -> list[float] | None:
+    """The reference Local run's test accuracy by round at `seed`, if it finished."""
+    run_dir = out / "fixed" / setting / REFERENCE / "fixed" / f"seed{seed}"
+    return test_accuracy_by_round(run_dir) if finished(run_dir) else None
 
 
 def fixed_curves(out: Path, setting: str, method: str, seeds: list[int]) -> dict[int, dict[str, list[float]]]:
