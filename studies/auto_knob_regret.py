@@ -39,6 +39,7 @@ started again. Runs are in the portable mode (the same bits on every x86-64 mach
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -101,8 +102,11 @@ def finished(run_dir: Path) -> bool:
     return manifest.is_file() and json.loads(manifest.read_text()).get("status") == "completed"
 
 
+@functools.cache
 def test_accuracy_by_round(run_dir: Path) -> list[float]:
-    """The run's mean client test accuracy at each evaluated round, in round order."""
+    """The run's mean client test accuracy at each evaluated round, in round order (read
+    once per process: the report's tables all read the same finished runs; callers do not
+    change the list)."""
     import pyarrow.parquet as pq
 
     rows = sorted((row for row in pq.read_table(run_dir / "rounds.parquet").to_pylist() if row["evaluated"]), key=lambda row: row["round"])
@@ -202,8 +206,8 @@ def report(out: Path, methods: list[str], seeds: list[int]) -> str:
             regret = 100 * (best_accuracy - chosen_accuracy)
             verdict = "within the seed spread" if regret <= 100 * spread + 1e-9 else "outside the seed spread"
             summary.append((setting, method, regret, 100 * spread))
-            local_dir = out / "fixed" / setting / REFERENCE / "fixed" / f"seed{seed}"
-            local = f"{100 * final_test_accuracy(local_dir):.2f}" if finished(local_dir) else "-"
+            local_accuracy = local_curve(out, setting, seed)
+            local = f"{100 * local_accuracy[-1]:.2f}" if local_accuracy else "-"
             lines.append(
                 f"| {setting} | {method} | {seed} | {value_name(chosen)} | {100 * chosen_accuracy:.2f} | {best_name} | "
                 f"{100 * best_accuracy:.2f} | {regret:.2f} | {100 * spread:.2f} | {verdict} | {local} |"
