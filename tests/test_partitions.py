@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from hdcfl_ray.data.partitions import (
     label_subset_partition,
     rotation_partition,
 )
+from hdcfl_ray.data.partitions.checks import test_proportion_notices as proportion_notices
 from hdcfl_ray.data.partitions.test_split import allocate_test_counts
 from hdcfl_ray.errors import ScenarioError
 
@@ -405,6 +408,50 @@ def test_client_test_sets_follow_training_class_proportions() -> None:
         test_counts = np.bincount(test_labels[client.test_indices], minlength=10)
         assert test_counts.sum() == 200
         assert np.all(np.abs(test_counts - train_share * 200) < 1.0)
+
+
+def _labels_only(train_labels: np.ndarray, test_labels: np.ndarray) -> SimpleNamespace:
+    return SimpleNamespace(train_labels=train_labels, test_labels=test_labels, num_classes=NUM_CLASSES)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), alpha=st.sampled_from([0.05, 0.1, 0.3]), per_class=st.integers(12, 40))
+def test_test_sets_that_cannot_follow_their_proportions_are_named_with_the_size_that_can(seed, alpha, per_class) -> None:
+    # A small test split (as digits'): a client's main class runs out of test images.
+    train_labels, test_labels = balanced_labels(140, seed=seed % 97), balanced_labels(per_class, seed=seed % 89 + 1)
+    config = PartitionConfig(kind="dirichlet", num_clients=20, alpha=alpha, min_samples=5, test_per_client=50)
+    dataset = _labels_only(train_labels, test_labels)
+    partition = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=seed)
+    notices = proportion_notices(partition, dataset)
+    departed = [
+        client
+        for client in partition.clients
+        if np.any(
+            np.bincount(train_labels[client.train_indices], minlength=10) / client.num_train * client.test_indices.shape[0]
+            - np.bincount(test_labels[client.test_indices], minlength=10)
+            >= 1.0
+        )
+    ]
+    assert bool(notices) == bool(departed)
+    if not notices:
+        return
+    assert f"the test sets of {len(departed)} of 20 clients" in notices[0]
+    size = int(re.search(r"partition.test_per_client: (\d+) or less", notices[0]).group(1))
+    resized = build_partition(config.model_copy(update={"test_per_client": size}), train_labels, test_labels, NUM_CLASSES, seed=seed)
+    assert proportion_notices(resized, dataset) == []
+    for client in resized.clients:
+        share = np.bincount(train_labels[client.train_indices], minlength=10) / client.num_train
+        assert client.test_indices.shape[0] == size
+        assert np.all(np.abs(np.bincount(test_labels[client.test_indices], minlength=10) - share * size) < 1.0)
+
+
+def test_scored_images_held_out_of_training_raise_no_proportion_notice() -> None:
+    train_labels, test_labels = balanced_labels(140), balanced_labels(12, seed=1)
+    config = PartitionConfig(kind="dirichlet", num_clients=20, alpha=0.1, min_samples=5, test_per_client=50)
+    drawn = build_partition(config, train_labels, test_labels, NUM_CLASSES, seed=3)
+    assert proportion_notices(drawn, _labels_only(train_labels, test_labels))
+    held_out = build_partition(config.model_copy(update={"validation_fraction": 0.2}), train_labels, test_labels, NUM_CLASSES, seed=3)
+    assert proportion_notices(held_out, _labels_only(train_labels, test_labels)) == []
 
 
 def test_default_test_size_is_the_clients_share_of_the_test_split() -> None:

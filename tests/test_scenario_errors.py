@@ -337,6 +337,15 @@ def test_a_capped_test_per_client_says_so(write_scenario):
     assert "warning: partition.test_per_client: 10000" in result.output and "(capped)" in result.output
 
 
+def test_test_sets_that_cannot_keep_their_class_proportions_say_so(write_scenario):
+    # digits' test split holds 36 images of each class: a client mostly of one class runs out of it
+    partition = {"kind": "dirichlet", "alpha": 0.1, "min_samples": 5, "test_per_client": 90}
+    result = run_validate(write_scenario(tiny_scenario(partition=partition)))
+    assert result.exit_code == 0, result.output
+    assert "warning: partition: the test split holds too few images of some classes" in result.output
+    assert "or less keeps every client's proportions" in result.output
+
+
 def test_a_failed_start_leaves_nothing_behind_and_the_rerun_uses_the_same_out(write_scenario, tmp_path, monkeypatch):
     from hdcfl_ray.runtime import driver
 

@@ -225,7 +225,7 @@ class PartitionConfig(PluginSections):
         description="feature_shift: one group per level of the transform; client i is in group i mod G",
     )
     test_per_client: int | None = Field(
-        None, ge=1, description="test images per client, drawn with its class proportions; null = test size / clients"
+        None, ge=1, description="test images per client, drawn with its class proportions while the test split has images of each class (a warning says when not); null = test size / clients"
     )
     validation_fraction: float | None = Field(
         None,

@@ -54,7 +54,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
     from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
-    from hdcfl_ray.data.partitions.checks import check_text_unshifted, test_size_notices
+    from hdcfl_ray.data.partitions.checks import check_text_unshifted, test_proportion_notices, test_size_notices
     from hdcfl_ray.models.encoders import check_encoder_reads
     from hdcfl_ray.models.pretrained import check_pretrained
     from hdcfl_ray.models.pretrained import check_pool_held_out
@@ -94,6 +94,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
         raise ScenarioError(f"partition: {exc}") from exc
     check_text_unshifted(scenario.partition, partition, dataset)
     notices += test_size_notices(scenario.partition, partition)
+    notices += test_proportion_notices(partition, dataset)
     if plan is not None:
         check_validation_split(scenario, plan, dataset)
         notices += [f"{knob.key}: auto cannot use {value:g} ({why})" for knob in plan.knobs for value, why in knob.skipped]

@@ -67,7 +67,7 @@ def build_partition(
         clients = tuple(
             _hold_out_validation(client, train_labels, config.validation_fraction, seed, config.validation_draw) for client in clients
         )
-    return Partition(clients=clients)
+    return Partition(clients=clients, test_drawn_by_class=split.test_indices is None)
 
 
 def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction: float, seed: int, draw: int = 0) -> ClientData:

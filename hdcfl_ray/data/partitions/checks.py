@@ -3,6 +3,8 @@ split, and settings a partition can only honour in part (said, not hidden)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.partitions.client_data import Partition
@@ -46,6 +48,54 @@ def test_size_notices(config: PartitionConfig, partition: Partition) -> list[str
         f"partition.test_per_client: {config.test_per_client} is more than the test split holds for the classes of "
         f"{len(capped)} of {len(sizes)} clients; they get {received} test images each (capped)"
     ]
+
+
+def test_proportion_notices(partition: Partition, dataset: ImageDataset) -> list[str]:
+    """A notice when the test split holds too few images of a class for some clients'
+    test sets to follow their class proportions: what a class cannot supply comes from
+    the client's other classes, so those clients are tested on another mix than they
+    train on. Says how many, the largest departure and the test size that keeps every
+    client's proportions."""
+    drawn = [client for client in partition.clients if not client.test_from_train]
+    if not partition.test_drawn_by_class or not drawn:
+        return []
+    num_classes = dataset.num_classes
+    train = _class_counts([dataset.train_labels[client.train_indices] for client in drawn], num_classes)
+    test = _class_counts([dataset.test_labels[client.test_indices] for client in drawn], num_classes)
+    shares = train / np.maximum(train.sum(axis=1, keepdims=True), 1)
+    # test images a class gave short of its share (rounding moves less than one image per class)
+    short = np.maximum(shares * test.sum(axis=1, keepdims=True) - test, 0.0)
+    moved = np.where(short >= 1.0, short, 0.0).sum(axis=1)
+    departed = np.flatnonzero(moved >= 1.0)
+    if departed.size == 0:
+        return []
+    worst = int(departed[np.argmax(moved[departed])])
+    capacity = np.bincount(dataset.test_labels, minlength=num_classes).astype(np.float64)
+    # the largest size whose share of every class fits the class's test images (share x size <= images
+    # means its rounded count fits too)
+    with np.errstate(divide="ignore"):
+        fits = np.where(shares > 0, np.floor(capacity / np.where(shares > 0, shares, 1.0) + 1e-9), np.inf)
+    largest = int(fits.min())
+    remedy = (
+        f"partition.test_per_client: {largest} or less keeps every client's proportions"
+        if largest >= 1
+        else "no test size keeps every client's proportions (a class they train on has no test images)"
+    )
+    return [
+        f"partition: the test split holds too few images of some classes for the test sets of {departed.size} of "
+        f"{len(drawn)} clients to follow their class proportions; the rest come from their other classes "
+        f"(most at client {drawn[worst].client_id}: {round(float(moved[worst]))} of its {int(test[worst].sum())} test images). "
+        f"{remedy}"
+    ]
+
+
+def _class_counts(label_sets: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """(sets, classes) counts of each class in each set of labels."""
+    if not label_sets:
+        return np.zeros((0, num_classes))
+    owner = np.repeat(np.arange(len(label_sets)), [labels.shape[0] for labels in label_sets])
+    labels = np.concatenate(label_sets).astype(np.int64)
+    return np.bincount(owner * num_classes + labels, minlength=len(label_sets) * num_classes).reshape(-1, num_classes).astype(np.float64)
 
 
 def check_text_unshifted(config: PartitionConfig, partition: Partition, dataset: ImageDataset) -> None:

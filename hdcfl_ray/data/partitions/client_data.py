@@ -33,6 +33,9 @@ class ClientData:
 @dataclass(frozen=True)
 class Partition:
     clients: tuple[ClientData, ...]
+    # each client's test images were drawn from the shared test split with its class
+    # proportions (False: the partition chose them, e.g. a writer's own held-out samples)
+    test_drawn_by_class: bool = True
 
     @property
     def num_clients(self) -> int:
