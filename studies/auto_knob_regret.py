@@ -27,7 +27,7 @@ the last round and over the last three.
         [--part fixed|choice|report|all] [--settings digits-ls2,digits-dir0.1] [--report docs/auto-knob-regret-tables.md]
         [--round-share 1 --only SETTING:METHOD:SEED,...]   # the full-schedule probe
         [--finalist-draws 5 --only SETTING:METHOD:SEED,...]  # the more-draws probe
-        [--seeds 61,62,63,64,65]  # docs/auto-knob-regret-tables-5-seeds.md: two more seeds (64, 65 run as 61-63)
+        [--seeds 61,62,63,64,65,66,67]  # docs/auto-knob-regret-tables-7-seeds.md: four more seeds (64 to 67 run as 61-63)
 
 The probe's out folder links the fixed runs (`ln -s ../auto-regret/fixed runs/auto-regret-full/fixed`)
 and makes only the choices named.
