@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hdcfl_ray
 from hdcfl_ray.algorithms.registry import method_specs
 from hdcfl_ray.auto_knobs.cache import CACHE_FOLDER, CACHE_VARIABLE, CHOICE_FILE
 from hdcfl_ray.auto_knobs.plan import auto_plan, finalists, short_rounds
-from hdcfl_ray.auto_knobs.selection import choose
+from hdcfl_ray.auto_knobs.selection import better_half, choose
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.errors import ScenarioError
@@ -94,6 +96,30 @@ def test_the_candidates_run_a_shortened_schedule_and_the_better_half_the_whole_o
     assert [finalists(values) for values in (1, 2, 3, 4, 5, 9)] == [1, 2, 2, 2, 3, 5]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0.1, 0.25, 0.5, 0.75, math.nan]), min_size=1, max_size=9))
+def test_the_better_half_keeps_every_value_tied_with_its_last(scores: list[float]) -> None:
+    values = [2**position for position in range(len(scores))]
+    kept = better_half(list(zip(values, scores)))
+    scored = {value: score for value, score in zip(values, scores) if not math.isnan(score)}
+    assert kept == sorted(kept) and set(kept) <= set(scored)
+    assert len(kept) >= finalists(len(scored))  # the better half, at least two
+    left_out = set(scored) - set(kept)
+    # nothing left out scores as high as anything kept: a tie at the cut goes on with it
+    assert all(scored[out] < min(scored[value] for value in kept) for out in left_out)
+    # and no more than that: the values above the cut are fewer than the better half
+    if kept:
+        cut = min(scored[value] for value in kept)
+        assert sum(scored[value] > cut for value in kept) < finalists(len(scored))
+
+
+def test_an_exact_tie_at_the_cut_sends_both_values_on() -> None:
+    # FedProx at seed 67 on Dirichlet(0.1): 0.001 and 0.01 tied after 8 rounds for the last place
+    assert better_half([(0.001, 0.1503), (0.01, 0.1503), (0.1, 0.1706), (1.0, 0.1036)]) == [0.001, 0.01, 0.1]
+    assert better_half([(2, 0.1), (4, 0.1), (10, 0.1)]) == [2, 4, 10]  # all at chance: all go on
+    assert better_half([(1, 0.5), (2, 0.7), (4, 0.6), (8, 0.4)]) == [2, 4]
+
+
 @pytest.mark.parametrize("method, key", DECLARED, ids=[f"{name}.{key}" for name, key in DECLARED])
 def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_path: Path, method: str, key: str) -> None:
     run = simulate(small(tmp_path, method, {key: "auto"}), tmp_path / "run")
@@ -106,7 +132,9 @@ def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_pat
     # rung 2: the better half of the distinct runs (at least two), each on both held-out draws
     def better_half(candidates: list[dict[str, Any]]) -> list[float]:
         roots = sorted((c for c in candidates if c.get("same_run_as") is None), key=lambda c: (-c["validation_mean_accuracy"], c["value"]))
-        return sorted(c["value"] for c in roots[: min(len(roots), max(2, math.ceil(len(roots) / 2)))])
+        kept = roots[: min(len(roots), max(2, math.ceil(len(roots) / 2)))]
+        tied = [c for c in roots[len(kept) :] if c["validation_mean_accuracy"] == kept[-1]["validation_mean_accuracy"]]
+        return sorted(c["value"] for c in [*kept, *tied])
 
     draws: dict[float, list[float]] = {}
     for finalist in knob["finalists"]:

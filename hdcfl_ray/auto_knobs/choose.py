@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_choice, write_choice
-from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario, finalists
+from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice, means_over_draws
-from hdcfl_ray.auto_knobs.selection import RULE, choose
+from hdcfl_ray.auto_knobs.selection import RULE, better_half, choose
 from hdcfl_ray.config.schema import Scenario, method_params
 from hdcfl_ray.contract.method import AutoKnob, AutoValue
 from hdcfl_ray.errors import ScenarioError, failure_text
@@ -196,10 +196,8 @@ class _Candidates:
 
     def finalist_values(self) -> list[AutoValue]:
         """Rung 2's values: the better half of the distinct runs with a score, by rung 1's
-        score (ties: the smaller value), listed smallest first."""
-        distinct = [value for value, c in self.scored.items() if self.root(value) == value and not math.isnan(c.validation_mean_accuracy)]
-        ranked = sorted(distinct, key=lambda value: (-self.scored[value].validation_mean_accuracy, value))
-        return sorted(ranked[: finalists(len(ranked))])
+        score, and those tied with the last of them (selection.better_half), smallest first."""
+        return better_half([(value, c.validation_mean_accuracy) for value, c in self.scored.items() if self.root(value) == value])
 
     def middle_twin(self, root: AutoValue) -> AutoValue:
         """Of the values that gave `root`'s run, the middle one (the clustering they share

@@ -7,7 +7,8 @@ The schedule is successive halving, in two rungs:
 1. every value runs `max(3, ceil(0.4 x protocol.rounds))` rounds (all of them when the
    run has fewer): long enough for clusters to form and the values to separate, short
    enough that a grid of them costs a few runs;
-2. the better half of the values (at least two) run the whole schedule, each on
+2. the better half of the values (at least two, and every value tied with the last of
+   them: an exact tie never cuts a value on its place in the grid) run the whole schedule, each on
    FINALIST_DRAWS draws of the held-out share, and the best mean over the draws is
    chosen: a value is judged where the run will use it, on more held-out images than
    one draw holds.

@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from hdcfl_ray.auto_knobs.plan import finalists
 from hdcfl_ray.contract.method import AutoValue
 
 RULE = (
-    "successive halving: every value a shortened run, the better half (at least two) the whole schedule on "
+    "successive halving: every value a shortened run, the better half (at least two, and every value tied with "
+    "the last of them) the whole schedule on "
     "two draws of the validation images held out of each client's training data; of those, the highest final mean "
     "client accuracy averaged over the draws (ties: the smaller value)"
 )
@@ -27,3 +29,17 @@ def choose(scores: Sequence[tuple[AutoValue, float]]) -> AutoValue | None:
         if best is None or score > best[1]:
             best = (value, score)
     return None if best is None else best[0]
+
+
+def better_half(scores: Sequence[tuple[AutoValue, float]]) -> list[AutoValue]:
+    """Rung 2's values, smallest first: the better half of the scored values (at least
+    two; plan.finalists), and every value whose score equals the last of them, so that
+    an exact tie (candidates all at chance after the shortened schedule, say) never cuts
+    a value on its place in the grid."""
+    scored = [(value, score) for value, score in scores if not math.isnan(score)]
+    ranked = sorted(scored, key=lambda item: (-item[1], item[0]))
+    keep = finalists(len(ranked))
+    if keep == 0:
+        return []
+    cut = ranked[keep - 1][1]
+    return sorted(value for value, score in ranked if score >= cut)
