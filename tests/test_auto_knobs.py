@@ -130,7 +130,7 @@ def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_pat
     # the grid, and the value beyond its edge when the choice landed there
     assert [value for value, _ in scores] == sorted([*knob["grid"], *knob["extended"]]) and all(0.0 <= score <= 1.0 for _, score in scores)
     # rung 2: the better half of the distinct runs (at least two), each on both held-out draws
-    def better_half(candidates: list[dict[str, Any]]) -> list[float]:
+    def expected_finalists(candidates: list[dict[str, Any]]) -> list[float]:
         roots = sorted((c for c in candidates if c.get("same_run_as") is None), key=lambda c: (-c["validation_mean_accuracy"], c["value"]))
         kept = roots[: min(len(roots), max(2, math.ceil(len(roots) / 2)))]
         tied = [c for c in roots[len(kept) :] if c["validation_mean_accuracy"] == kept[-1]["validation_mean_accuracy"]]
@@ -140,8 +140,8 @@ def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_pat
     for finalist in knob["finalists"]:
         draws.setdefault(finalist["value"], []).append(finalist["validation_mean_accuracy"])
     late = knob["extended"][-1] if knob["extended"] else None  # a value beyond the finalists' edge joins them
-    before = better_half([c for c in knob["candidates"] if c["value"] != late])
-    assert sorted(draws) in (better_half(knob["candidates"]), sorted([*before, *([late] if late is not None else [])]))
+    before = expected_finalists([c for c in knob["candidates"] if c["value"] != late])
+    assert sorted(draws) in (expected_finalists(knob["candidates"]), sorted([*before, *([late] if late is not None else [])]))
     assert all(len(scores) == 2 for scores in draws.values())
     means = sorted((value, sum(scores) / 2) for value, scores in draws.items())
     root = next((c.get("same_run_as") for c in knob["candidates"] if c["value"] == knob["chosen"]), None) or knob["chosen"]

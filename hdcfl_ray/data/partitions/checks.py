@@ -63,8 +63,9 @@ def test_proportion_notices(partition: Partition, dataset: ImageDataset) -> list
     train = _class_counts([dataset.train_labels[client.train_indices] for client in drawn], num_classes)
     test = _class_counts([dataset.test_labels[client.test_indices] for client in drawn], num_classes)
     shares = train / np.maximum(train.sum(axis=1, keepdims=True), 1)
+    sizes = test.sum(axis=1)
     # test images a class gave short of its share (rounding moves less than one image per class)
-    short = np.maximum(shares * test.sum(axis=1, keepdims=True) - test, 0.0)
+    short = np.maximum(shares * sizes[:, None] - test, 0.0)
     moved = np.where(short >= 1.0, short, 0.0).sum(axis=1)
     departed = np.flatnonzero(moved >= 1.0)
     if departed.size == 0:
@@ -73,8 +74,7 @@ def test_proportion_notices(partition: Partition, dataset: ImageDataset) -> list
     capacity = np.bincount(dataset.test_labels, minlength=num_classes).astype(np.float64)
     # the largest size whose share of every class fits the class's test images (share x size <= images
     # means its rounded count fits too)
-    with np.errstate(divide="ignore"):
-        fits = np.where(shares > 0, np.floor(capacity / np.where(shares > 0, shares, 1.0) + 1e-9), np.inf)
+    fits = np.where(shares > 0, np.floor(capacity / np.where(shares > 0, shares, 1.0) + 1e-9), np.inf)
     largest = int(fits.min())
     remedy = (
         f"partition.test_per_client: {largest} or less keeps every client's proportions"
@@ -84,7 +84,7 @@ def test_proportion_notices(partition: Partition, dataset: ImageDataset) -> list
     return [
         f"partition: the test split holds too few images of some classes for the test sets of {departed.size} of "
         f"{len(drawn)} clients to follow their class proportions; the rest come from their other classes "
-        f"(most at client {drawn[worst].client_id}: {round(float(moved[worst]))} of its {int(test[worst].sum())} test images). "
+        f"(most at client {drawn[worst].client_id}: {round(float(moved[worst]))} of its {int(sizes[worst])} test images). "
         f"{remedy}"
     ]
 
