@@ -145,6 +145,11 @@ class DatasetConfig(PluginSections):
         "download: true (instead of path)",
     )
     hub_config: str | None = Field(None, description="huggingface with hub_id: the dataset's configuration name; null = its default")
+    missing_ids: Literal["error", "drop"] = Field(
+        "error",
+        description="rows whose id (the partition.partition_by column; leaf_json: a user) is null, NaN or empty: "
+        "error = stop, naming the column and how many; drop = leave those rows out (a warning says how many)",
+    )
     max_train_samples: int | None = Field(
         None, ge=1, description="keep only N training images, picked by a seeded shuffle; null = all"
     )

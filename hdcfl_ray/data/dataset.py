@@ -31,6 +31,9 @@ class ImageDataset:
     text: bool = False
     # the files the samples were read from, with their sha256 (the manifest records them)
     source_files: tuple[tuple[str, str], ...] = ()
+    # what reading left out that the run should say (rows without an id, with
+    # dataset.missing_ids: drop): preflight prints them as warnings
+    notices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for split, images, labels, ids in (

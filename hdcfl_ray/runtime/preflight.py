@@ -54,7 +54,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
     from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
-    from hdcfl_ray.data.partitions.checks import check_text_unshifted, test_proportion_notices, test_size_notices
+    from hdcfl_ray.data.partitions.checks import check_text_unshifted, id_column_notices, test_proportion_notices, test_size_notices
     from hdcfl_ray.models.encoders import check_encoder_reads
     from hdcfl_ray.models.pretrained import check_pretrained
     from hdcfl_ray.models.pretrained import check_pool_held_out
@@ -64,6 +64,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     if dataset is None:
         check_synthetic_memory(scenario.dataset)
         dataset = load_dataset(scenario.dataset, scenario.seed, scenario.partition.partition_by)
+    notices += [*dataset.notices, *id_column_notices(scenario.partition, scenario.dataset)]
     check_partition_against_dataset(
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hdcfl_ray.config.schema import PartitionConfig
+from hdcfl_ray.config.schema import DatasetConfig, PartitionConfig
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.partitions.client_data import Partition
 from hdcfl_ray.errors import ScenarioError
@@ -32,6 +32,26 @@ def check_partition_against_dataset(
             f"{dataset_name} (choose partition.min_samples 1..{num_train // config.num_clients} "
             f"or fewer partition.num_clients)"
         )
+
+
+def id_column_notices(partition: PartitionConfig, dataset: DatasetConfig) -> list[str]:
+    """A notice when `partition.partition_by` names the column of the labels: every id is
+    then one class, so each client holds only the classes of its ids, a split by label
+    that looks like a natural one."""
+    label_columns = {
+        "huggingface": ("dataset.label_column", dataset.label_column),
+        "parquet_images": ("dataset.label_column", dataset.label_column),
+        "text": ("dataset.target_column", dataset.target_column),  # the next character is the class
+    }
+    key, column = label_columns.get(dataset.name, ("", None))
+    if partition.partition_by is None or partition.partition_by != column:
+        return []
+    holds = "one class" if partition.ids_per_client == 1 else f"at most {partition.ids_per_client} classes (partition.ids_per_client)"
+    return [
+        f"partition.partition_by: {column!r} is {key}, the class of each sample, so each client then holds {holds}: "
+        "a split by label, not by who made the samples. Name the column of the writer, speaker or user ids (e.g. "
+        "writer_id), or for a few classes per client use partition.kind: label_subset with partition.k"
+    ]
 
 
 def test_size_notices(config: PartitionConfig, partition: Partition) -> list[str]:

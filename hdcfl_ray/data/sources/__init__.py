@@ -13,7 +13,7 @@ from hdcfl_ray.data.pretrain_pool import pool_rows
 from hdcfl_ray.data.sources.cifar import CIFAR10, CIFAR100, load_cifar
 from hdcfl_ray.data.sources.digits import load_digits_dataset
 from hdcfl_ray.data.sources.image_folder import load_image_folder
-from hdcfl_ray.data.sources.natural_ids import encode_ids
+from hdcfl_ray.data.sources.natural_ids import encode_ids, named_rows
 from hdcfl_ray.data.sources.parquet_images import load_parquet_images
 from hdcfl_ray.data.sources.registry import builtin_sources
 from hdcfl_ray.data.sources.synthetic import make_synthetic
@@ -79,6 +79,7 @@ def _load(config: DatasetConfig, seed: int, part: str, id_column: str | None = N
             select_train=train_rows,
             select_test=test_rows,
             id_column=id_column,
+            missing_ids=config.missing_ids,
         )
     dataset = _load_source(config, seed, id_column)
     train_keep = train_rows(dataset.train_labels.shape[0])
@@ -165,23 +166,37 @@ def _load_plugin(config: DatasetConfig, seed: int, id_column: str | None = None)
     classes = images.class_names or tuple(str(label) for label in range(images.num_classes))
     if len(classes) != images.num_classes:
         raise ScenarioError(f"dataset.name {config.name}: {len(classes)} class names for {images.num_classes} classes")
+    splits = {
+        "train": (np.ascontiguousarray(images.train_images, dtype=np.uint8), np.asarray(images.train_labels, dtype=np.int64)),
+        "test": (np.ascontiguousarray(images.test_images, dtype=np.uint8), np.asarray(images.test_labels, dtype=np.int64)),
+    }
     ids: dict[str, object] = {}
+    notices: tuple[str, ...] = ()
     if id_column is not None:
         if images.train_ids is None or images.test_ids is None:
             raise ScenarioError(
                 f"partition.partition_by: the plugin source {config.name!r} returns no ids of who made each sample "
                 "(Images.train_ids / test_ids), so it cannot be divided by them"
             )
-        codes, names = encode_ids([*np.asarray(images.train_ids).tolist(), *np.asarray(images.test_ids).tolist()], id_column, config.name)
-        num_train = len(images.train_labels)
+        owners = {"train": np.asarray(images.train_ids).tolist(), "test": np.asarray(images.test_ids).tolist()}
+        for split, (split_images, split_labels) in splits.items():
+            where = f"the plugin source {config.name!r} ({split})"
+            named, dropped = named_rows(owners[split], id_column, where, config.missing_ids)
+            if named is not None:
+                splits[split] = (split_images[named], split_labels[named])
+                owners[split] = [owners[split][index] for index in named]
+            notices += dropped
+        codes, names = encode_ids([*owners["train"], *owners["test"]], id_column, config.name)
+        num_train = len(owners["train"])
         ids = {"train_ids": codes[:num_train], "test_ids": codes[num_train:], "id_names": names}
     return ImageDataset(
         name=config.name,
-        train_images=np.ascontiguousarray(images.train_images, dtype=np.uint8),
-        train_labels=np.asarray(images.train_labels, dtype=np.int64),
-        test_images=np.ascontiguousarray(images.test_images, dtype=np.uint8),
-        test_labels=np.asarray(images.test_labels, dtype=np.int64),
+        train_images=splits["train"][0],
+        train_labels=splits["train"][1],
+        test_images=splits["test"][0],
+        test_labels=splits["test"][1],
         classes=tuple(classes),
+        notices=notices,
         **ids,  # type: ignore[arg-type]
     )
 

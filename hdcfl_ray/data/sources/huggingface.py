@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.decode import decode_images
 from hdcfl_ray.data.sources.holdout import stratified_holdout
-from hdcfl_ray.data.sources.natural_ids import encode_split_ids, file_checksums, id_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_split_ids, file_checksums, id_holdout, named_rows
 from hdcfl_ray.data.sources.parquet_images import RowSelector, _encoded_images, _labels
 from hdcfl_ray.errors import ScenarioError
 
@@ -75,6 +75,7 @@ def load_huggingface(
                     f"{key}: split {split_name!r} of {split.where} has no column {column!r}; "
                     f"its columns are: {', '.join(split.table.column_names)}"
                 )
+    notices = _drop_unnamed(splits, id_column, config) if id_column is not None else ()
     train_labels = _labels(train.table.column(config.label_column), Path(str(train.where)), config.label_column)
     test = train if config.test_split is None else splits[config.test_split]
     ids = None
@@ -111,7 +112,22 @@ def load_huggingface(
         test_ids=None if ids is None else ids[1][test_rows],
         id_names=() if ids is None else names,
         source_files=() if config.path is None or ids is None else file_checksums(data_files(Path(config.path))),
+        notices=notices,
     )
+
+
+def _drop_unnamed(splits: dict[str, _Split], id_column: str, config: "DatasetConfig") -> tuple[str, ...]:
+    """Refuse the rows whose id is null or empty, or (dataset.missing_ids: drop) take them
+    out of each split's table, before the holdout and the row selection see them; the
+    notices of the rows left out."""
+    notices: tuple[str, ...] = ()
+    for split_name, split in splits.items():
+        where = f"split {split_name!r} of {split.where}"
+        named, dropped = named_rows(split.table.column(id_column).to_pylist(), id_column, where, config.missing_ids)
+        if named is not None:
+            split.table = split.table.take(pa.array(named))
+        notices += dropped
+    return notices
 
 
 def data_files(path: Path) -> list[Path]:

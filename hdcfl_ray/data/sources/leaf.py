@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hdcfl_ray.data.dataset import ImageDataset
-from hdcfl_ray.data.sources.natural_ids import encode_ids, encode_split_ids, file_checksums, id_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_ids, encode_split_ids, file_checksums, id_holdout, named_rows
 from hdcfl_ray.data.sources.text import CLASSES as TEXT_CLASSES
 from hdcfl_ray.data.sources.text import character_ids
 from hdcfl_ray.errors import ScenarioError
@@ -42,13 +42,33 @@ def _read(path: Path) -> dict[str, Any]:
     return document
 
 
-def _samples(files: list[Path], config: "DatasetConfig") -> tuple[list[Any], list[Any], list[str]]:
+def _named_users(document: dict[str, Any], path: Path, config: "DatasetConfig") -> tuple[list[Any], tuple[str, ...]]:
+    """The file's users with a name: a null or empty user stops the load, or (dataset.missing_ids:
+    drop) is left out with its samples; the notices of the users left out."""
+    users = document["users"]
+    if not isinstance(users, list):
+        raise ScenarioError(f"dataset.path: {path}: users is not a list of user names")
+    named, notices = named_rows(users, "users", str(path), config.missing_ids, noun="users")
+    if named is None:
+        return users, ()
+    kept = set(named.tolist())
+    left_out = [users[index] for index in range(len(users)) if index not in kept]
+    samples = sum(len(data.get("x") or []) for data in (document["user_data"].get(user) for user in left_out) if isinstance(data, dict))
+    return [users[index] for index in named], tuple(f"{notice}, {samples} samples in all" for notice in notices)
+
+
+def _samples(files: list[Path], config: "DatasetConfig") -> tuple[list[Any], list[Any], list[str], tuple[str, ...]]:
+    """(x, y, the user of each sample, notices). A user without a name is refused or left
+    out even when the users are not the clients: each user's holdout is drawn by them."""
     xs: list[Any] = []
     ys: list[Any] = []
     owners: list[str] = []
+    notices: tuple[str, ...] = ()
     for path in files:
         document = _read(path)
-        for user in document["users"]:
+        users, dropped = _named_users(document, path, config)
+        notices += dropped
+        for user in users:
             data = document["user_data"].get(user)
             if not isinstance(data, dict) or not isinstance(data.get("x"), list) or not isinstance(data.get("y"), list):
                 raise ScenarioError(f"dataset.path: {path}: user {user!r} has no x and y lists in user_data")
@@ -59,7 +79,7 @@ def _samples(files: list[Path], config: "DatasetConfig") -> tuple[list[Any], lis
             owners.extend([str(user)] * len(data["x"]))
     if not xs:
         raise ScenarioError(f"dataset.path: {config.path} holds no samples")
-    return xs, ys, owners
+    return xs, ys, owners, notices
 
 
 def _images(xs: list[Any], ys: list[Any], where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +122,7 @@ def load_leaf(config: "DatasetConfig", seed: int, id_column: str | None = None) 
         raise ScenarioError(f"dataset.path: {path} does not exist")
     if not splits["train"]:
         raise ScenarioError(f"dataset.path: {path} holds no .json files")
-    train_x, train_y, train_owners = _samples(splits["train"], config)
+    train_x, train_y, train_owners, notices = _samples(splits["train"], config)
     text = isinstance(train_x[0], str)
 
     def convert(xs: list[Any], ys: list[Any], where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +130,8 @@ def load_leaf(config: "DatasetConfig", seed: int, id_column: str | None = None) 
 
     train_images, train_labels = convert(train_x, train_y, str(path))
     if "test" in splits:
-        test_x, test_y, test_owners = _samples(splits["test"], config)
+        test_x, test_y, test_owners, test_notices = _samples(splits["test"], config)
+        notices += test_notices
         test_images, test_labels = convert(test_x, test_y, str(path / "test"))
         train_ids, test_ids, names = encode_split_ids(train_owners, test_owners, "users", str(path))
     else:
@@ -133,4 +154,5 @@ def load_leaf(config: "DatasetConfig", seed: int, id_column: str | None = None) 
         id_names=names if kept else (),
         text=text,
         source_files=file_checksums([file for files in splits.values() for file in files]),
+        notices=notices,
     )

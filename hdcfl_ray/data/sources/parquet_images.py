@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.decode import ImageSource, decode_images
-from hdcfl_ray.data.sources.natural_ids import encode_split_ids, file_checksums
+from hdcfl_ray.data.sources.natural_ids import MissingIds, encode_split_ids, file_checksums, named_rows
 from hdcfl_ray.errors import ScenarioError
 
 CLASSES_METADATA_KEY = b"classes"
@@ -32,6 +32,7 @@ def load_parquet_images(
     select_train: RowSelector | None = None,
     select_test: RowSelector | None = None,
     id_column: str | None = None,
+    missing_ids: MissingIds = "error",
 ) -> ImageDataset:
     """Decode a train and a test table, found from a folder or from the train file itself.
 
@@ -40,13 +41,15 @@ def load_parquet_images(
     Class names come from the schema metadata key `classes` (a JSON list) when present.
     `select_train(num_rows)` / `select_test(num_rows)` may return the row indices to keep
     (None keeps all): only those rows are decoded, so a subset of a large table is cheap.
-    `id_column`: the column of who made each image (FEMNIST's writer_id), read as the ids.
+    `id_column`: the column of who made each image (FEMNIST's writer_id), read as the ids;
+    rows where it is null or empty stop the load, or are left out first with
+    `missing_ids="drop"` (the dataset's notices say how many).
     """
     train_path, test_path = _locate_tables(Path(path), train_file, test_file)
-    train_images, train_labels, train_largest, train_schema, train_owners = _read_table(
-        train_path, image_column, label_column, select_train, id_column
-    )
-    test_images, test_labels, test_largest, _, test_owners = _read_table(test_path, image_column, label_column, select_test, id_column)
+    train = _read_table(train_path, image_column, label_column, select_train, id_column, missing_ids)
+    test = _read_table(test_path, image_column, label_column, select_test, id_column, missing_ids)
+    train_images, train_labels, train_owners = train.images, train.labels, train.owners
+    test_images, test_labels, test_owners = test.images, test.labels, test.owners
     ids: dict[str, object] = {}
     if id_column is not None:
         train_ids, test_ids, names = encode_split_ids(train_owners, test_owners, id_column, str(train_path))
@@ -56,8 +59,8 @@ def load_parquet_images(
             f"dataset.path: {train_path} holds images of shape {train_images.shape[1:]} but {test_path} "
             f"holds {test_images.shape[1:]}; both splits must share one image size and colour mode"
         )
-    largest_label = max(train_largest, test_largest)
-    classes = _class_names(train_schema, train_path, largest_label)
+    largest_label = max(train.largest_label, test.largest_label)
+    classes = _class_names(train.schema, train_path, largest_label)
     return ImageDataset(
         name=(train_path.parent.name or "parquet_images"),
         train_images=train_images,
@@ -66,6 +69,7 @@ def load_parquet_images(
         test_labels=test_labels,
         classes=classes,
         source_files=file_checksums([train_path, test_path]) if id_column is not None else (),  # natural data's manifest
+        notices=train.notices + test.notices,
         **ids,  # type: ignore[arg-type]
     )
 
@@ -104,10 +108,27 @@ def _schema(path: Path) -> pa.Schema:
         raise ScenarioError(f"dataset.path: {path} is not a readable Parquet file ({error})") from error
 
 
+class _Table(NamedTuple):
+    """One table's selected rows, decoded."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    largest_label: int  # of the whole table
+    schema: pa.Schema
+    owners: list[object]  # the ids, or []
+    notices: tuple[str, ...]  # the rows without an id left out
+
+
 def _read_table(
-    path: Path, image_column: str, label_column: str, select: RowSelector | None, id_column: str | None = None
-) -> tuple[np.ndarray, np.ndarray, int, pa.Schema, list[object]]:
-    """(images, labels, the largest label of the whole table, schema, the ids or []) of the selected rows."""
+    path: Path,
+    image_column: str,
+    label_column: str,
+    select: RowSelector | None,
+    id_column: str | None = None,
+    missing_ids: MissingIds = "error",
+) -> _Table:
+    """The selected rows of the table at `path`, decoded; rows without an id are refused,
+    or left out before the selection (`missing_ids="drop"`)."""
     schema = _schema(path)
     present = ", ".join(schema.names)
     columns = [("dataset.image_column", image_column), ("dataset.label_column", label_column)]
@@ -120,6 +141,10 @@ def _read_table(
     table = pq.ParquetFile(path).read(columns=[column for _, column in columns])
     if table.num_rows == 0:
         raise ScenarioError(f"dataset.path: {path} has no rows")
+    notices: tuple[str, ...] = ()
+    if id_column is not None:  # before the row selection, so it picks among the rows that are kept
+        named, notices = named_rows(table.column(id_column).to_pylist(), id_column, str(path), missing_ids)
+        table = table if named is None else table.take(pa.array(named))
     labels = _labels(table.column(label_column), path, label_column)
     # The class count comes from the whole table, so a small subset keeps every class index.
     largest_label = int(labels.max())
@@ -131,7 +156,7 @@ def _read_table(
     sources = _encoded_images(table.column(image_column), path, image_column)
     images = decode_images(sources, lambda index: f"{path} row {int(rows[index])} ({image_column!r})")
     owners = table.column(id_column).to_pylist() if id_column is not None else []
-    return images, labels, largest_label, schema, owners
+    return _Table(images, labels, largest_label, schema, owners, notices)
 
 
 def _labels(column: pa.ChunkedArray, path: Path, name: str) -> np.ndarray:

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.sources.huggingface import data_files, hub_splits, local_splits
-from hdcfl_ray.data.sources.natural_ids import encode_ids, encode_split_ids, file_checksums, id_holdout
+from hdcfl_ray.data.sources.natural_ids import encode_ids, encode_split_ids, file_checksums, id_holdout, named_rows
 from hdcfl_ray.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -75,6 +75,16 @@ def _column(table: pa.Table, column: str, key: str, where: str) -> list[object]:
     if key != "partition.partition_by" and not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         raise ScenarioError(f"{key}: column {column!r} of {where} holds {values.type}, not text; name the column of the text")
     return values.to_pylist()
+
+
+def _named_only(config: "DatasetConfig", table: pa.Table, where: str, id_column: str | None) -> tuple[pa.Table, tuple[str, ...]]:
+    """The rows of `table` whose id names someone: rows with a null or empty id stop the
+    load, or (dataset.missing_ids: drop) are left out before any window is cut; the
+    notices of the rows left out."""
+    if id_column is None:
+        return table, ()
+    named, notices = named_rows(_column(table, id_column, "partition.partition_by", where), id_column, where, config.missing_ids)
+    return (table if named is None else table.take(pa.array(named))), notices
 
 
 def _windows(
@@ -131,7 +141,8 @@ def load_text(config: "DatasetConfig", seed: int, id_column: str | None = None) 
     tables, files = _tables(config)
     source = config.path if config.path is not None else config.hub_id
     where = f"{source} ({config.train_split})"
-    train_samples, train_labels, train_owners = _windows(config, tables[config.train_split], where, id_column)
+    train_table, notices = _named_only(config, tables[config.train_split], where, id_column)
+    train_samples, train_labels, train_owners = _windows(config, train_table, where, id_column)
     train_ids: np.ndarray | None
     test_ids: np.ndarray | None
     names: tuple[str, ...] = ()
@@ -148,7 +159,9 @@ def load_text(config: "DatasetConfig", seed: int, id_column: str | None = None) 
         train_ids = None if train_ids is None else train_ids[train_rows]
     else:
         test_where = f"{source} ({config.test_split})"
-        test_samples, test_labels, test_owners = _windows(config, tables[config.test_split], test_where, id_column)
+        test_table, test_notices = _named_only(config, tables[config.test_split], test_where, id_column)
+        notices += test_notices
+        test_samples, test_labels, test_owners = _windows(config, test_table, test_where, id_column)
         train_ids = test_ids = None
         if id_column is not None:
             train_ids, test_ids, names = encode_split_ids(train_owners, test_owners, id_column, where)
@@ -164,4 +177,5 @@ def load_text(config: "DatasetConfig", seed: int, id_column: str | None = None) 
         id_names=names,
         text=True,
         source_files=file_checksums(files),
+        notices=notices,
     )
