@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, Un
 
 from hdcfl_ray.logs.summary_columns import ACCURACY_SUMMARY_COLUMNS
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.plain_text import plain_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -400,7 +401,8 @@ def _sweep_pinned(plan: Any, runs: list[Any], parallel: int | None, replace_chan
         elif status == "completed":
             completed.append(run.key)
         else:
-            failed[run.key] = str((manifest or {}).get("error") or f"status {status or 'not started'}")
+            # plain text: a manifest written before errors were stored plain may hold terminal codes
+            failed[run.key] = plain_text(str((manifest or {}).get("error") or f"status {status or 'not started'}"))
     return SweepResult(
         dir=plan.out,
         runs=[Run(run.run_dir) for run in runs if (run.run_dir / "scenario.yaml").is_file()],

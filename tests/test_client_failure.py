@@ -1,6 +1,7 @@
 """A client whose update raises stops the run with an error that names the client and
 the round: alone, in a batched group, and on a Ray host; the manifest keeps that text
-plain (no terminal colour codes from Ray's remote tracebacks)."""
+plain (no terminal colour codes from Ray's remote tracebacks), and the command's first
+line names the client and the round on either backend, its traceback after it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 import hdcfl_ray
+from cli import app
 from hdcfl_ray.errors import ClientUpdateFailed, failure_text
 from tests.conftest import tiny_scenario
+from tests.test_plain_text import CONTROLS
 from tests.test_plugins import loaded_plugin
 
 # a plugin inside this repository's tests package: importable by name on the workers of
@@ -61,8 +66,39 @@ def test_a_failing_client_on_a_ray_host_is_named_and_the_manifest_has_no_termina
     runtime = {"backend": "ray", "clients_per_actor": 8, "num_cpus_per_actor": 1, "batched_training": True}
     error, manifest = _failed_run(tmp_path, runtime)
     assert "client 3 failed in round 2" in str(error)
-    assert "client 3 failed in round 2: ValueError: the client's data loader broke" in manifest["error"]
-    assert "\x1b" not in manifest["error"]
+    # the same text as the local backend stores: the error as the client raised it, not Ray's traceback around it
+    assert manifest["error"] == "ClientUpdateFailed: client 3 failed in round 2: ValueError: the client's data loader broke"
+
+
+FIRST_LINE = "run failed: ClientUpdateFailed: client 3 failed in round 2: ValueError: the client's data loader broke"
+
+
+def _command_failure(tmp_path: Path, runtime: dict) -> list[str]:
+    """The lines `hdcfl-ray simulate` writes to stderr for the failing client."""
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(_scenario(**runtime), sort_keys=False))
+    result = CliRunner().invoke(app, ["simulate", str(scenario), "--out", str(tmp_path / "run"), "--quiet"])
+    assert result.exit_code == 1, result.output
+    assert not set(result.stderr) & set(CONTROLS)  # no terminal codes, no carriage returns, no bells
+    return result.stderr.splitlines()
+
+
+def test_the_commands_first_line_names_the_failing_client_and_its_traceback_follows(failing_method: str, tmp_path: Path) -> None:
+    lines = _command_failure(tmp_path, {"backend": "local", "num_cpus": 1, "batched_training": False})
+    assert lines[0] == FIRST_LINE
+    assert lines[1] == "Traceback (most recent call last):" and "tests/failing_client_plugin.py" in "\n".join(lines)
+    assert lines[-1].startswith("finished rounds are in ")
+
+
+@pytest.mark.ray
+def test_a_ray_failures_terminal_text_names_the_client_first_and_is_plain(ray_session: None, failing_method: str, tmp_path: Path) -> None:
+    runtime = {"backend": "ray", "clients_per_actor": 8, "num_cpus_per_actor": 1, "batched_training": True}
+    lines = _command_failure(tmp_path, runtime)
+    assert lines[0] == FIRST_LINE  # as on the local backend, not at the end of Ray's traceback
+    traceback_text = "\n".join(lines[1:])
+    assert "ray::ClientHost.train_many()" in lines[1]  # the worker's traceback, after the first line
+    assert 'tests/failing_client_plugin.py", line' in traceback_text and "ValueError: the client's data loader broke" in traceback_text
+    assert lines[-1].startswith("finished rounds are in ")
 
 
 def test_stored_failure_text_drops_terminal_escape_sequences() -> None:

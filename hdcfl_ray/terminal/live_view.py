@@ -9,11 +9,13 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.plain_text import plain_text
 
 
 def _pct(value: Any) -> str:
@@ -28,6 +30,12 @@ def _num(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def note_line(text: str, prefix: str = "") -> str:
+    """A notice as a console line: plain text (it may quote an error or a user's value,
+    with terminal codes or brackets rich would read as markup) after a yellow `note:`."""
+    return f"[yellow]note:[/] {escape(plain_text(prefix + text))}"
+
+
 class QuietObserver:
     def on_start(self, scenario: Scenario, run_dir: Path, num_hosts: int) -> None:
         pass
@@ -40,7 +48,7 @@ class QuietObserver:
 
     def on_notice(self, text: str) -> None:
         """Something the user must know even in a quiet run (e.g. a damaged checkpoint passed over)."""
-        Console(stderr=True).print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(note_line(text), highlight=False, soft_wrap=True)
 
 
 class LiveView:
@@ -87,7 +95,7 @@ class LiveView:
         )
 
     def on_notice(self, text: str) -> None:
-        self.console.print(f"[yellow]note:[/] {text}", highlight=False, soft_wrap=True)
+        self.console.print(note_line(text), highlight=False, soft_wrap=True)
 
     def skip_rounds(self, count: int) -> None:
         """A resumed run starts its progress bar at the checkpoint."""

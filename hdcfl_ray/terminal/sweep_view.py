@@ -19,6 +19,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from hdcfl_ray.terminal.live_view import note_line
+
 FINISHED = ("completed", "skipped", "failed", "stopped", "settings changed")
 
 
@@ -177,7 +179,7 @@ class RunObserver:
 
     def on_notice(self, text: str) -> None:
         with self.view.lock:
-            self.view.console.print(f"[yellow]note:[/] {self.key}: {text}", highlight=False, soft_wrap=True)
+            self.view.console.print(note_line(text, f"{self.key}: "), highlight=False, soft_wrap=True)
 
 
 def _pct(value: Any) -> str:

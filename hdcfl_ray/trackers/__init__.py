@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.logs.summary_columns import ACCURACY_SUMMARY_COLUMNS
+from hdcfl_ray.plain_text import plain_text
 from hdcfl_ray.trackers.base import STATE_FILE, Tracker, TrackerContext
 
 if TYPE_CHECKING:
@@ -133,6 +134,7 @@ class TrackingObserver:
         return getattr(self._inner, name)
 
     def _notify(self, text: str) -> None:
+        text = plain_text(text)  # it quotes a tracker's error, which may carry terminal codes
         if self._inner is not None and hasattr(self._inner, "on_notice"):
             self._inner.on_notice(text)
         else:

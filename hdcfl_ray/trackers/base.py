@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hdcfl_ray.plain_text import plain_text
+
 if TYPE_CHECKING:
     from hdcfl_ray.config.schema import Scenario
 
@@ -52,14 +54,15 @@ class TrackerContext:
 
     @property
     def run_name(self) -> str:
-        return self.run_dir.resolve().name
+        return plain_text(self.run_dir.resolve().name)
 
     def scenario_dict(self) -> dict[str, Any]:
-        """The resolved scenario without the sections of methods this run does not use."""
+        """The resolved scenario without the sections of methods this run does not use,
+        its text as plain text (a tracker's web page or terminal would act on control codes)."""
         raw = self.scenario.model_dump(mode="json")
         algorithm = raw.get("algorithm", {})
         raw["algorithm"] = {key: value for key, value in algorithm.items() if key in ("name", algorithm.get("name"))}
-        return raw
+        return _plain_values(raw)
 
     def parameters(self) -> dict[str, str]:
         """The scenario as flat `section.key` -> text (lists as JSON)."""
@@ -87,8 +90,19 @@ class TrackerContext:
 
     def tags(self) -> dict[str, str]:
         return {
-            "hdcfl_ray.run_dir": str(self.run_dir.resolve()),
+            "hdcfl_ray.run_dir": plain_text(str(self.run_dir.resolve())),
             "hdcfl_ray.setting": self.scenario.name,
             "hdcfl_ray.algorithm": self.scenario.algorithm.name,
             "hdcfl_ray.seed": str(self.scenario.seed),
         }
+
+
+def _plain_values(value: Any) -> Any:
+    """`value` (the scenario as JSON data) with every key and text in it plain text."""
+    if isinstance(value, str):
+        return plain_text(value)
+    if isinstance(value, dict):
+        return {plain_text(str(key)): _plain_values(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_values(item) for item in value]
+    return value
