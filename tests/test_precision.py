@@ -77,11 +77,67 @@ def test_auto_picks_bf16_only_where_it_was_measured_faster(
     monkeypatch: pytest.MonkeyPatch, vendor: str, amx: bool, avx512_bf16: bool, expected: str
 ) -> None:
     cpu = torch.device("cpu")
+    _pretend_cpu(monkeypatch, vendor, amx, avx512_bf16)
+    assert precision.resolve_precision("auto", cpu) == expected
+    assert precision.resolve_precision("fp32", cpu) == "fp32"
+
+
+def _pretend_cpu(monkeypatch: pytest.MonkeyPatch, vendor: str, amx: bool, avx512_bf16: bool, **environment: str) -> None:
+    """torch's probes answer for this CPU, and the process's environment holds exactly
+    these oneDNN caps (none of the machine's own)."""
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(precision, "cpu_vendor", lambda: vendor)
-    assert precision.resolve_precision("auto", cpu) == expected
-    assert precision.resolve_precision("fp32", cpu) == "fp32"
+    for variable in precision.ONEDNN_CAP_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "amx", "environment", "expected"),
+    [
+        ("GenuineIntel", True, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "fp32"),  # AMX capped away: emulated
+        ("GenuineIntel", True, {"DNNL_MAX_CPU_ISA": "avx512_core"}, "fp32"),  # the older name, any case
+        ("GenuineIntel", True, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, "fp32"),  # AVX512-BF16 without AMX: slower on Intel
+        ("GenuineIntel", True, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "bf16"),
+        ("GenuineIntel", True, {"ONEDNN_MAX_CPU_ISA": "DEFAULT"}, "bf16"),
+        ("AuthenticAMD", False, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "fp32"),
+        ("AuthenticAMD", False, {"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI_2"}, "fp32"),  # bfloat16 conversions only
+        ("AuthenticAMD", False, {"ONEDNN_MAX_CPU_ISA": "AVX10_1_512"}, "bf16"),
+        # ONEDNN_ wins over DNNL_, as oneDNN reads them
+        ("AuthenticAMD", False, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "DNNL_MAX_CPU_ISA": "AVX2"}, "bf16"),
+    ],
+)
+def test_auto_reads_what_onednn_will_use_under_its_instruction_set_cap(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, amx: bool, environment: dict[str, str], expected: str
+) -> None:
+    _pretend_cpu(monkeypatch, vendor, amx, True, **environment)
+    assert precision.resolve_precision("auto", torch.device("cpu")) == expected
+
+
+def test_auto_picks_fp32_in_a_process_started_with_the_portable_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hdcfl_ray.portable.environment import portable_environment
+
+    _pretend_cpu(monkeypatch, "GenuineIntel", True, True, **portable_environment())
+    assert precision.resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert precision.bf16_arithmetic({"avx512_bf16", "amx_tile"}, portable_environment()) == "emulated"
+
+
+@pytest.mark.parametrize(
+    ("cpu_flags", "environment", "arithmetic"),
+    [
+        ({"avx2"}, {}, "emulated"),
+        ({"avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX10_1_512_AMX"}, "emulated"),  # a cap adds nothing the CPU lacks
+        ({"avx512_bf16"}, {}, "avx512_bf16"),
+        ({"avx512_bf16", "amx_tile"}, {"ONEDNN_MAX_CPU_ISA": "AVX10_1_512"}, "avx512_bf16"),
+        ({"avx512_bf16", "amx_tile"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, "emulated"),
+        ({"avx512_bf16", "amx_tile"}, {"ONEDNN_MAX_CPU_ISA": "no such isa"}, "amx"),  # oneDNN ignores it
+        ({"avx512_bf16", "amx_tile"}, {"ONEDNN_MAX_CPU_ISA": " ", "DNNL_MAX_CPU_ISA": "AVX"}, "emulated"),  # blank counts as unset
+    ],
+)
+def test_bf16_arithmetic_is_the_lower_of_the_cpu_and_the_cap(cpu_flags: set[str], environment: dict[str, str], arithmetic: str) -> None:
+    assert precision.bf16_arithmetic(cpu_flags, environment) == arithmetic
 
 
 def test_auto_keeps_float32_on_cuda_where_bf16_was_measured_no_faster(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,6 +231,8 @@ def test_bf16_on_a_cpu_that_emulates_it_is_named_at_start_with_the_alternative(
 
     cpu = {"architecture": "x86_64", "vendor": "AuthenticAMD", "model": "AMD EPYC 7B13", "instruction_sets": instruction_sets}
     monkeypatch.setattr(machine, "cpu_facts", lambda: cpu)
+    for variable in precision.ONEDNN_CAP_VARIABLES:  # no cap from this machine's environment
+        monkeypatch.delenv(variable, raising=False)
     notices = machine_checks._emulated_precision_notices(build_scenario(tiny_scenario(runtime=runtime)).runtime)
     if not told:
         assert notices == []
@@ -183,3 +241,43 @@ def test_bf16_on_a_cpu_that_emulates_it_is_named_at_start_with_the_alternative(
     assert "AMD EPYC 7B13" in notice and "neither AVX512-BF16 nor AMX" in notice
     assert "slower than in fp32" in notice and "runtime.precision: fp32, or auto" in notice
     assert "PLACEHOLDER" not in notice
+
+
+INTEL_AMX = ["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
+
+
+@pytest.mark.parametrize(
+    ("instruction_sets", "environment", "named"),
+    [
+        (INTEL_AMX, {}, None),  # no cap on a bfloat16 CPU: nothing to say
+        (INTEL_AMX, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "ONEDNN_MAX_CPU_ISA=AVX2"),
+        (INTEL_AMX, {"DNNL_MAX_CPU_ISA": "avx512_core_vnni"}, "DNNL_MAX_CPU_ISA=avx512_core_vnni"),
+        (INTEL_AMX, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, None),  # AVX512-BF16 is native bfloat16
+        (INTEL_AMX, {"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI_2"}, "ONEDNN_MAX_CPU_ISA=AVX2_VNNI_2"),  # conversions only
+        (["avx2", "fma"], {}, "neither AVX512-BF16 nor AMX"),  # an AVX2-only CPU
+        (["avx2", "fma"], {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "neither AVX512-BF16 nor AMX"),  # the CPU is the reason, not the cap
+        (INTEL_AMX, "portable pins", "ONEDNN_MAX_CPU_ISA=AVX2"),  # a process started pinned (runtime.portable off)
+    ],
+)
+def test_bf16_under_an_instruction_set_cap_is_named_as_emulated_with_the_cap(
+    monkeypatch: pytest.MonkeyPatch, instruction_sets: list[str], environment: dict[str, str] | str, named: str | None
+) -> None:
+    from hdcfl_ray.portable import machine
+    from hdcfl_ray.portable.environment import portable_environment
+    from hdcfl_ray.runtime import machine_checks
+
+    cpu = {"architecture": "x86_64", "vendor": "GenuineIntel", "model": "Intel(R) Xeon(R) Platinum 8481C", "instruction_sets": instruction_sets}
+    monkeypatch.setattr(machine, "cpu_facts", lambda: cpu)
+    for variable in precision.ONEDNN_CAP_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in (portable_environment() if environment == "portable pins" else environment).items():
+        monkeypatch.setenv(variable, value)
+    notices = machine_checks._emulated_precision_notices(build_scenario(tiny_scenario(runtime={"precision": "bf16"})).runtime)
+    if named is None:
+        assert notices == []
+        return
+    (notice,) = notices
+    assert named in notice and "emulated" in notice and "slower than in fp32" in notice
+    if named.startswith(precision.ONEDNN_CAP_VARIABLES):
+        variable = named.split("=")[0]
+        assert f"unset {variable} or raise it to AVX512_CORE_BF16" in notice and "Xeon(R) Platinum 8481C" in notice

@@ -232,21 +232,49 @@ EMULATED_BF16_SLOWDOWN = "14 to 24 times"
 
 
 def _emulated_precision_notices(runtime: RuntimeConfig) -> list[str]:
-    """An explicit bf16 on CPU hosts whose CPU has no bfloat16 arithmetic (neither
-    AVX512-BF16 nor AMX): the math libraries emulate it, far slower than float32.
-    `auto` already picks fp32 there; a user who asked for bf16 is told the cost."""
+    """An explicit bf16 on CPU hosts where oneDNN will emulate bfloat16: a CPU with
+    neither AVX512-BF16 nor AMX, or one whose bfloat16 instructions an instruction-set
+    cap in the hosts' environment (ONEDNN_MAX_CPU_ISA=AVX2, as in a process started
+    with the portable pins) keeps oneDNN from. Emulated bfloat16 is far slower than float32; `auto` already picks
+    fp32 there, and a user who asked for bf16 is told the cost."""
     from hdcfl_ray.portable.machine import cpu_facts
+    from hdcfl_ray.training.precision import bf16_arithmetic, onednn_cap
 
+    # a portable run's hosts compute in float32 whatever it asks (the schema refuses bf16 there)
     if runtime.precision != "bf16" or runtime.num_gpus_per_actor > 0 or runtime.portable:
         return []
     cpu = cpu_facts()
-    if cpu["architecture"] not in ("x86_64", "AMD64") or {"avx512_bf16", "amx_tile"} & set(cpu["instruction_sets"]):
+    flags = cpu["instruction_sets"]
+    environment = _hosts_environment()
+    if cpu["architecture"] not in ("x86_64", "AMD64") or bf16_arithmetic(flags, environment) != "emulated":
         return []
+    name = cpu["model"] or cpu["vendor"] or "unknown"
+    cost = (
+        f"its bfloat16 arithmetic is emulated, and a compute-bound CIFAR-10 workload ran {EMULATED_BF16_SLOWDOWN} "
+        "slower than in fp32 on such machines (docs/benchmarks.md)"
+    )
+    cap = onednn_cap(environment)
+    if cap is not None and bf16_arithmetic(flags, {}) != "emulated":
+        variable, value = cap
+        return [
+            f"runtime.precision: bf16 with {variable}={value} in the environment the hosts start with: oneDNN computes "
+            f"with {value} at most, without the bfloat16 instructions of this CPU ({name}), so {cost}; use "
+            f"runtime.precision: fp32 (or auto, fp32 under this cap), or unset {variable} or raise it to AVX512_CORE_BF16 or above"
+        ]
     return [
-        f"runtime.precision: bf16 on this CPU ({cpu['model'] or cpu['vendor'] or 'unknown'}), which has neither AVX512-BF16 "
-        f"nor AMX: its bfloat16 arithmetic is emulated, and a compute-bound CIFAR-10 workload ran {EMULATED_BF16_SLOWDOWN} "
-        "slower than in fp32 on such machines (docs/benchmarks.md); use runtime.precision: fp32, or auto (fp32 on this CPU)"
+        f"runtime.precision: bf16 on this CPU ({name}), which has neither AVX512-BF16 nor AMX: {cost}; use "
+        "runtime.precision: fp32, or auto (fp32 on this CPU)"
     ]
+
+
+def _hosts_environment() -> dict[str, str]:
+    """The environment the client hosts start with, where oneDNN reads its cap: this
+    process's own. The local backend's hosts are this process; Ray's workers inherit
+    it from the process that started Ray, which is this one for a private instance
+    and for the one a test session or a sweep holds. The nodes of a cluster joined
+    through runtime.address run with their own `ray start` environment, which is not
+    asked (its CPUs are not either)."""
+    return dict(os.environ)
 
 
 def _check_dashboard(runtime: RuntimeConfig) -> None:
