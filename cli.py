@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.plain_text import plain_text
 
 class _Command(typer.Typer):
     """The `hdcfl-ray` command (the console script calls it; tests invoke its commands)."""
@@ -67,7 +68,7 @@ def _fail_bad_input(error: ScenarioError) -> None:
     from hdcfl_ray.config.safe_yaml import clip
 
     # each line clipped: a message that quotes user input never echoes megabytes of it
-    text = "\n".join(clip(line, 2000) for line in str(error).splitlines()[:200])
+    text = "\n".join(clip(line, 2000) for line in plain_text(str(error)).splitlines()[:200])
     # escaped: messages quote user text and fixes such as ".[dashboard]" that are not markup
     error_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
@@ -105,7 +106,7 @@ def _recorded_scenarios(run_dirs: List[Path]) -> List[Any]:
 def _print_notices(notices: tuple[str, ...]) -> None:
     """What a run does differently from what its scenario may suggest (a capped value)."""
     for notice in notices:
-        error_console.print(f"[bold yellow]warning:[/] {escape(notice)}", highlight=False, soft_wrap=True)
+        error_console.print(f"[bold yellow]warning:[/] {escape(plain_text(notice))}", highlight=False, soft_wrap=True)
 
 
 @app.callback()
@@ -173,13 +174,14 @@ def validate(
     # what `chosen_for` holds for a knob value chosen on this setting
     print(f"  data setting (dataset, partition, model): {data_setting_fingerprint(scenario)}")
     if prepared.auto_plan is not None:  # what choosing the auto knobs will run (nothing runs here)
-        from hdcfl_ray.auto_knobs.cache import cached_choice
-
+        from hdcfl_ray.auto_knobs.cache import cached_choice, not_used_notice
         from hdcfl_ray.auto_knobs.digests import data_digest
 
-        entry, cached = cached_choice(scenario, prepared.auto_plan, data=data_digest(dataset))
+        entry, cached, problem = cached_choice(scenario, prepared.auto_plan, data=data_digest(dataset, prepared.partition))
         for line in prepared.auto_plan.describe():
             print(f"  {line}")
+        if problem is not None:
+            _print_notices((not_used_notice(entry, problem),))
         if cached is not None:
             print(f"  chosen before for this setting, data, code and seed: {', '.join(f'{knob.key} = {knob.chosen:g}' for knob in cached.knobs)} ({entry})")
         else:
@@ -230,8 +232,9 @@ def _stopped_by_signal(interrupt: KeyboardInterrupt, seen: dict[str, Any]) -> No
     name = signal.Signals(signum).name
     run_dir: Path | None = seen.get("run_dir")
     if run_dir is not None and (run_dir / "scenario.yaml").is_file():
+        shown = escape(plain_text(str(run_dir)))
         error_console.print(
-            f"interrupted ({name}); finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}",
+            f"interrupted ({name}); finished rounds are in {shown}; continue with: hdcfl-ray simulate --resume {shown}",
             highlight=False,
             soft_wrap=True,
         )
@@ -293,14 +296,27 @@ def _simulate(
     except Exception as error:  # a failure during the run: say what and where the partial logs are
         if isinstance(observer, LiveView):
             observer.abort()
-        error_console.print(f"[bold red]run failed:[/] {type(error).__name__}: {escape(str(error))}", highlight=False)
+        _print_run_failure(error)
+        shown = escape(plain_text(str(run_dir)))
         if (run_dir / "scenario.yaml").is_file():
-            error_console.print(f"finished rounds are in {run_dir}; continue with: hdcfl-ray simulate --resume {run_dir}")
+            error_console.print(f"finished rounds are in {shown}; continue with: hdcfl-ray simulate --resume {shown}", highlight=False, soft_wrap=True)
         else:  # it failed before the run directory was made (starting or joining Ray)
-            error_console.print(f"nothing was written to {run_dir}")
+            error_console.print(f"nothing was written to {shown}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_RUN_FAILED)
     if quiet:
         print(summary.run_dir)
+
+
+def _print_run_failure(error: Exception) -> None:
+    """What failed, in the first line (a failing client named with its round, on
+    either backend), then where it happened: the client's traceback, which on Ray
+    would otherwise come first and bury that line at its end."""
+    from hdcfl_ray.errors import failure_text, failure_traceback
+
+    error_console.print(f"[bold red]run failed:[/] {escape(failure_text(error))}", highlight=False, soft_wrap=True)
+    where = failure_traceback(error)
+    if where:
+        error_console.print(where, style="dim", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -381,7 +397,7 @@ def sweep(
     except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
         _fail_bad_input(error)
     except ClusterLostError as error:
-        console.print(f"error: {error}", highlight=False)
+        console.print(f"error: {escape(plain_text(str(error)))}", highlight=False)
         raise typer.Exit(1) from None
     console.print(
         f"{len(outcome.completed)} run(s) completed, {len(outcome.skipped)} already complete, {len(outcome.failed)} failed; "
@@ -494,7 +510,7 @@ def calibrate(
     except ScenarioError as error:  # runs on disk made with other settings, a damaged manifest
         _fail_bad_input(error)
     except ClusterLostError as error:
-        console.print(f"error: {error}", highlight=False)
+        console.print(f"error: {escape(plain_text(str(error)))}", highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED) from None
     from analysis.calibration_table import calibration_table
     from analysis.report_tables import to_markdown, to_rich
@@ -577,7 +593,8 @@ def ablate(
     out: Path = typer.Option(..., "--out", help="Folder for the replay's clients/rounds/refresh tables (like a run)."),
 ) -> None:
     """Replay HDC-FL's refreshes of a finished run with other server-side settings
-    (algorithm.hdcfl.*: descriptor, rank, groups, membership, temperature, mix, prototypes)."""
+    (algorithm.hdcfl.*: descriptor, rank, groups, membership, temperature, mix, prototypes).
+    A knob the run chose itself (`auto`) keeps the value it chose, unless --set gives another."""
     from hdcfl_ray.ablation import ablate_run
 
     try:
@@ -598,7 +615,7 @@ def donor_swap(
         ..., help="Finished HDC-FL runs made with --set output.save_refresh_cache=true; several (e.g. one setting's seeds) are averaged over every target and run."
     ),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for donor_swap.parquet (one row per target/donor pair; one subfolder per run when several)."),
-    max_test_samples: int = typer.Option(256, "--max-test-samples", help="Test images per target (the first N)."),
+    max_test_samples: int = typer.Option(256, "--max-test-samples", min=1, help="Test images per target (the first N)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Also write the tables (Markdown, with the runs and what made them) to this file."),
 ) -> None:
     """Pair each target's head with every donor's cached encoder: Spearman rho, AUROC, AP,

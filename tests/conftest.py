@@ -81,9 +81,11 @@ SMALL_FEDERATION_METHODS: dict[str, Any] = {
 def _no_unasked_auto_knobs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that would choose `auto` knobs (candidate runs, minutes) fails at once unless the
     test is marked `auto_knobs`: every other test pins them (PINNED_AUTO_KNOBS)."""
-    if request.node.get_closest_marker("auto_knobs") is not None:
-        return
     import hdcfl_ray.auto_knobs.choose as choose
+
+    if request.node.get_closest_marker("auto_knobs") is not None:
+        _every_kept_choice_passes_its_own_checks(choose, monkeypatch)
+        return
 
     def refuse(scenario: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError(
@@ -92,6 +94,22 @@ def _no_unasked_auto_knobs(request: pytest.FixtureRequest, monkeypatch: pytest.M
         )
 
     monkeypatch.setattr(choose, "choose_auto_knobs", refuse)
+
+
+def _every_kept_choice_passes_its_own_checks(choose: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every choice a test makes for real is checked, as it is kept, by the checks a later
+    run applies before using it (auto_knobs/evidence.py): a genuine choice (twins, replays,
+    values beyond the grid, finalists) must never be turned down as forged."""
+    from hdcfl_ray.auto_knobs.evidence import record_problems, scored_folder
+
+    write = choose.write_choice
+
+    def checked_write(entry: Any, key: Any, record: Any) -> None:
+        if choose._scored is scored_folder:  # not when a test gives the candidates made-up scores
+            assert record_problems(record, entry) == [], f"a genuine choice fails its own checks: {record_problems(record, entry)}"
+        write(entry, key, record)
+
+    monkeypatch.setattr(choose, "write_choice", checked_write)
 
 
 def tiny_scenario(**sections: Any) -> dict[str, Any]:

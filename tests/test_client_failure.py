@@ -57,6 +57,7 @@ def test_a_failing_client_is_named_with_its_round_on_the_local_backend(failing_m
     assert "client 3 failed in round 2: ValueError: the client's data loader broke" in str(error)
     assert manifest["status"] == "failed"
     assert "client 3 failed in round 2" in manifest["error"]
+    assert "raise ValueError" in manifest["error_traceback"]
 
 
 @pytest.mark.ray
@@ -68,6 +69,8 @@ def test_a_failing_client_on_a_ray_host_is_named_and_the_manifest_has_no_termina
     assert "client 3 failed in round 2" in str(error)
     # the same text as the local backend stores: the error as the client raised it, not Ray's traceback around it
     assert manifest["error"] == "ClientUpdateFailed: client 3 failed in round 2: ValueError: the client's data loader broke"
+    # where it happened is kept beside it, as plain text
+    assert "raise ValueError" in manifest["error_traceback"] and not set(manifest["error_traceback"]) & set(CONTROLS)
 
 
 FIRST_LINE = "run failed: ClientUpdateFailed: client 3 failed in round 2: ValueError: the client's data loader broke"

@@ -33,6 +33,7 @@ from typing import Any
 from hdcfl_ray.auto_knobs.plan import AutoPlan
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord
 from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.errors import failure_text
 
 CACHE_FOLDER = "auto-knobs"  # under the user's cache folder, or a sweep's folder
 CHOICE_FILE = "choice.json"
@@ -89,23 +90,50 @@ def cache_key(scenario: Scenario, plan: AutoPlan, data: str | None = None) -> di
     }
 
 
+def choice_code(key: dict[str, Any]) -> str:
+    """The code a choice for `key` is made by, as its record keeps it: the package's
+    digest, and a plugin method's own after a '+'. Reports keep runs whose choices
+    were made by different code apart (analysis/auto_choice.py)."""
+    plugin = key.get("plugin_code") or ""
+    return f"{key['code']}+{plugin}" if plugin else str(key["code"])
+
+
 def entry_dir(root: Path, key: dict[str, Any]) -> Path:
     text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     return root / f"{key['method']}-seed{key['seed']}-{digest}"
 
 
-def read_choice(entry: Path, key: dict[str, Any]) -> AutoKnobsRecord | None:
-    """The choice kept in `entry` for exactly `key`, or None (none yet, unreadable, or
-    made for another key)."""
+def read_choice(entry: Path, key: dict[str, Any]) -> tuple[AutoKnobsRecord | None, str | None]:
+    """The choice kept in `entry` for exactly `key`, once checked against its own evidence
+    (evidence.py), and None beside it; or no choice, and why the file there is not used
+    (None when there is no file: nothing was chosen yet)."""
+    from hdcfl_ray.auto_knobs.evidence import record_problems
+
     path = entry / CHOICE_FILE
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        if document.get("key") != json.loads(json.dumps(key, default=str)):
-            return None
-        return AutoKnobsRecord.from_dict(document["record"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as failure:
+        return None, f"unreadable ({failure_text(failure)})"
+    try:
+        document = json.loads(text)
+    except ValueError as failure:
+        return None, f"not valid JSON ({failure})"
+    if not isinstance(document, dict) or not isinstance(document.get("record"), dict):
+        return None, "not a choice file (no `record` object)"
+    if document.get("key") != json.loads(json.dumps(key, default=str)):
+        return None, "its `key` is not the one this entry's folder name was made from (edited, or another setting's)"
+    try:
+        record = AutoKnobsRecord.from_dict(document["record"])
+    except (KeyError, TypeError, ValueError) as failure:
+        return None, f"its record is malformed ({failure_text(failure)})"
+    problems = record_problems(record, entry)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return None, f"{problems[0]}{more}"
+    return record, None
 
 
 def write_choice(entry: Path, key: dict[str, Any], record: AutoKnobsRecord) -> None:
@@ -138,9 +166,16 @@ def entry_lock(entry: Path, poll_s: float = 0.5) -> Iterator[None]:
         os.close(descriptor)
 
 
-def cached_choice(scenario: Scenario, plan: AutoPlan, root: Path | None = None, data: str | None = None) -> tuple[Path, AutoKnobsRecord | None]:
-    """The cache entry a run of `scenario` would use, and the choice it holds (None:
-    the run will choose)."""
+def cached_choice(
+    scenario: Scenario, plan: AutoPlan, root: Path | None = None, data: str | None = None
+) -> tuple[Path, AutoKnobsRecord | None, str | None]:
+    """The cache entry a run of `scenario` would use, the choice it holds (None: the run
+    will choose), and why a choice file there would not be used (read_choice)."""
     key = cache_key(scenario, plan, data)
     entry = entry_dir(root if root is not None else default_root(scenario), key)
-    return entry, read_choice(entry, key)
+    return (entry, *read_choice(entry, key))
+
+
+def not_used_notice(entry: Path, problem: str) -> str:
+    """What a user is told of a kept choice that failed its checks."""
+    return f"auto: the kept choice {entry / CHOICE_FILE} is not used: {problem}; the choice is made again"

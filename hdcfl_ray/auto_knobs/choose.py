@@ -31,10 +31,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hdcfl_ray.auto_knobs.cache import cache_key, entry_dir, entry_lock, read_choice, write_choice
+from hdcfl_ray.auto_knobs.cache import cache_key, choice_code, entry_dir, entry_lock, not_used_notice, read_choice, write_choice
 from hdcfl_ray.auto_knobs.plan import AutoPlan, KnobPlan, candidate_scenario
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord, Candidate, KnobChoice, means_over_draws
-from hdcfl_ray.auto_knobs.selection import RULE, better_half, choose
+from hdcfl_ray.auto_knobs.evidence import scored_folder as _scored
+from hdcfl_ray.auto_knobs.selection import RULE, better_half, finalists_pick, first_rung_pick
 from hdcfl_ray.config.schema import Scenario, method_params
 from hdcfl_ray.contract.method import AutoKnob, AutoValue
 from hdcfl_ray.errors import ScenarioError, failure_text
@@ -53,12 +54,14 @@ def choose_auto_knobs(
     failed. `data` is the digest of the loaded dataset (auto_knobs/digests.py)."""
     key = cache_key(scenario, plan, data)
     entry = entry_dir(root, key)
-    cached = read_choice(entry, key)
+    cached, problem = read_choice(entry, key)
     if cached is None:
         with entry_lock(entry):
-            cached = read_choice(entry, key)  # made by another run while this one waited
+            cached, problem = read_choice(entry, key)  # made by another run while this one waited
             if cached is None:
-                record = _choose(scenario, plan, entry, notify, run, probe)
+                if problem is not None:
+                    notify(not_used_notice(entry, problem))
+                record = replace(_choose(scenario, plan, entry, notify, run, probe), code=choice_code(key))
                 failed = [
                     c for knob in record.knobs for c in (*knob.candidates, *knob.finalists) if c.error is not None and c.same_run_as is None
                 ]
@@ -67,7 +70,8 @@ def choose_auto_knobs(
                 else:
                     write_choice(entry, key, record)
                 return record
-    record = cached.from_the_cache()
+    # an entry written before records kept their code was made by this code all the same: the key holds it
+    record = replace(cached, code=cached.code or choice_code(key)).from_the_cache()
     chosen = ", ".join(f"{knob.key} = {knob.chosen:g}" for knob in record.knobs)
     notify(f"auto: {chosen}, chosen earlier for this setting, data, code and seed ({entry / 'choice.json'}; delete it to choose again)")
     return record
@@ -199,11 +203,9 @@ class _Candidates:
         score, and those tied with the last of them (selection.better_half), smallest first."""
         return better_half([(value, c.validation_mean_accuracy) for value, c in self.scored.items() if self.root(value) == value])
 
-    def middle_twin(self, root: AutoValue) -> AutoValue:
-        """Of the values that gave `root`'s run, the middle one (the clustering they share
-        holds from the smallest to the largest of them)."""
-        twins = sorted(value for value in self.scored if self.root(value) == root)
-        return twins[(len(twins) - 1) // 2]
+    def roots(self) -> dict[AutoValue, AutoValue]:
+        """{each scored value: the value whose run it is}."""
+        return {value: self.root(value) for value in self.scored}
 
 
 def _choose_knob(
@@ -337,12 +339,12 @@ def _run_finalists(
 
 
 def _finalists_choice(knob: KnobPlan, candidates: _Candidates, notify: Notify) -> AutoValue | None:
-    means = sorted(means_over_draws(candidates.finalists.values()).items())
-    best = choose(means)
+    means = means_over_draws(candidates.finalists.values())
+    best = finalists_pick(means, candidates.roots())
     if best is None:
         return None
-    notify(f"{knob.key}: auto: means over the draws: {', '.join(f'{v:g} {100 * m:.2f}%' for v, m in means)}")
-    return candidates.middle_twin(best)
+    notify(f"{knob.key}: auto: means over the draws: {', '.join(f'{v:g} {100 * m:.2f}%' for v, m in sorted(means.items()))}")
+    return best
 
 
 def _edge(value: AutoValue | None, grid: tuple[AutoValue, ...]) -> str | None:
@@ -358,9 +360,8 @@ def _edge(value: AutoValue | None, grid: tuple[AutoValue, ...]) -> str | None:
 
 def _pick(candidates: _Candidates) -> AutoValue | None:
     """The rule's value among rung 1's scores; of values that gave the same run, the middle one."""
-    scored = [(value, candidate.validation_mean_accuracy) for value, candidate in sorted(candidates.scored.items())]
-    best = choose(scored)
-    return None if best is None else candidates.middle_twin(candidates.root(best))
+    scores = {value: candidate.validation_mean_accuracy for value, candidate in candidates.scored.items()}
+    return first_rung_pick(scores, candidates.roots())
 
 
 def replay_candidate(trained_dir: Path, key: str, value: AutoValue, run_dir: Path) -> Candidate:
@@ -383,22 +384,6 @@ def replay_candidate(trained_dir: Path, key: str, value: AutoValue, run_dir: Pat
             error = failure_text(failure)
     score, _ = _scored(run_dir, error)
     return Candidate(value=value, validation_mean_accuracy=score, samples_trained=0, run_dir=str(run_dir), error=error, replayed=True)
-
-
-def _scored(run_dir: Path, error: str | None) -> tuple[float, int]:
-    """A candidate folder's score (its last evaluated round's mean accuracy: on the
-    held-out images) and the samples it trained."""
-    from hdcfl_ray.logs.table_writer import read_table
-
-    try:
-        rows = read_table(run_dir, "rounds").to_pylist()
-    except Exception:  # a run that failed before its first round wrote nothing
-        rows = []
-    evaluated = [row for row in rows if row.get("evaluated")]
-    final = max(evaluated, key=lambda row: row["round"]) if evaluated and error is None else {}
-    score = final.get("mean_accuracy")
-    samples = sum(int(row.get("samples_trained") or 0) + int(row.get("eval_samples_trained") or 0) for row in rows)
-    return (float(score) if isinstance(score, (int, float)) else math.nan), samples
 
 
 def run_candidate(scenario: Scenario, value: AutoValue, run_dir: Path, run: Runner) -> Candidate:

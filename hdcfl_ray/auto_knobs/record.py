@@ -10,6 +10,9 @@ again), the cache's choice file, and what `hdcfl-ray report` shows.
                                 "run_dir": "runs/auto-knobs/pacfl-seed5-.../threshold-0.25"}, ...],
                 "finalists": [{"value": 4.0, "draw": 0, "validation_mean_accuracy": 0.95, ...}, ...]}]}
 
+`code` (where recorded) is the digest of the code that made the choice (cache.choice_code):
+records from before it have none.
+
 `candidates` are rung 1's shortened runs, one per value; `finalists` the better half's
 whole-schedule runs, one per held-out draw (the choice is the best mean over the draws).
 `validation_mean_accuracy` is a fraction (null for a candidate that diverged);
@@ -138,6 +141,8 @@ class AutoKnobsRecord:
     cache: str  # the cache entry's folder
     from_cache: bool  # read from the cache: this run trained no candidate
     elapsed_s: float  # the choosing's wall time when it was made
+    # the code that made the choice (cache.choice_code); "" in records made before it was kept
+    code: str = ""
 
     def choices(self) -> dict[str, AutoValue]:
         """{field: chosen value}: what the run's method section gets."""
@@ -159,6 +164,7 @@ class AutoKnobsRecord:
             "elapsed_s": self.elapsed_s,
             "samples_trained": self.samples_trained,
             "knobs": [knob.as_dict() for knob in self.knobs],
+            **({"code": self.code} if self.code else {}),
         }
 
     @classmethod
@@ -173,6 +179,7 @@ class AutoKnobsRecord:
             cache=str(data.get("cache", "")),
             from_cache=bool(data.get("from_cache", False)),
             elapsed_s=float(data.get("elapsed_s") or 0.0),
+            code=str(data.get("code") or ""),
         )
 
     def from_the_cache(self) -> "AutoKnobsRecord":
@@ -188,7 +195,20 @@ def recorded_choice(plan: Any, run_dir: Path, manifest: dict[str, Any] | None, c
     from hdcfl_ray.errors import ScenarioError
 
     keys = ", ".join(knob.key for knob in plan.knobs)
-    for document in (manifest, checkpoint):
+    record = find_recorded_choice(plan.method, {knob.field for knob in plan.knobs}, (manifest, checkpoint))
+    if record is not None:
+        return record
+    raise ScenarioError(
+        f"--resume {run_dir}: {keys} are auto, and neither the manifest nor a checkpoint records the values this run "
+        "chose for them, so its rounds cannot go on with the same ones; start a new run"
+    )
+
+
+def find_recorded_choice(method: str, fields: set[str], documents: Iterable[dict[str, Any] | None]) -> AutoKnobsRecord | None:
+    """The first of `documents` (manifests, checkpoint states) whose record chose every one
+    of `fields` for `method`; None when none did. A damaged record is passed over: it
+    cannot say which values the run used."""
+    for document in documents:
         data = (document or {}).get(RECORD_KEY)
         if not isinstance(data, dict):
             continue
@@ -196,9 +216,6 @@ def recorded_choice(plan: Any, run_dir: Path, manifest: dict[str, Any] | None, c
             record = AutoKnobsRecord.from_dict(data)
         except (KeyError, TypeError, ValueError):
             continue
-        if record.method == plan.method and {knob.field for knob in plan.knobs} <= set(record.choices()):
+        if record.method == method and fields <= set(record.choices()):
             return record
-    raise ScenarioError(
-        f"--resume {run_dir}: {keys} are auto, and neither the manifest nor a checkpoint records the values this run "
-        "chose for them, so its rounds cannot go on with the same ones; start a new run"
-    )
+    return None

@@ -6,7 +6,7 @@ score (its run diverged) is never chosen."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hdcfl_ray.auto_knobs.plan import finalists
 from hdcfl_ray.contract.method import AutoValue
@@ -43,3 +43,24 @@ def better_half(scores: Sequence[tuple[AutoValue, float]]) -> list[AutoValue]:
         return []
     cut = ranked[keep - 1][1]
     return sorted(value for value, score in ranked if score >= cut)
+
+
+def middle_twin(root: AutoValue, roots: Mapping[AutoValue, AutoValue]) -> AutoValue:
+    """Of the values that gave `root`'s run (`roots`: each scored value -> the value whose
+    run it is), the middle one: the clustering they share holds from the smallest to the
+    largest of them."""
+    twins = sorted(value for value, its_root in roots.items() if its_root == root) or [root]
+    return twins[(len(twins) - 1) // 2]
+
+
+def first_rung_pick(scores: Mapping[AutoValue, float], roots: Mapping[AutoValue, AutoValue]) -> AutoValue | None:
+    """The rule's value among rung 1's scores (of values that gave the same run, the middle one)."""
+    best = choose(sorted(scores.items()))
+    return None if best is None else middle_twin(roots.get(best, best), roots)
+
+
+def finalists_pick(means: Mapping[AutoValue, float], roots: Mapping[AutoValue, AutoValue]) -> AutoValue | None:
+    """The rule's value among the finalists' means over their draws (of values that gave
+    the same run in rung 1, the middle one); None when no finalist has a score."""
+    best = choose(sorted(means.items()))
+    return None if best is None else middle_twin(roots.get(best, best), roots)

@@ -17,7 +17,7 @@ import numpy as np
 from hdcfl_ray.auto_knobs.record import RECORD_KEY
 from hdcfl_ray.config.loading import scenario_to_yaml
 from hdcfl_ray.config.schema import Scenario
-from hdcfl_ray.errors import ScenarioError, failure_text
+from hdcfl_ray.errors import ScenarioError, failure_text, failure_traceback
 from hdcfl_ray.durable_files import write_text_durably
 from hdcfl_ray.logs.manifest import MANIFEST, read_manifest, update_manifest, write_manifest
 from hdcfl_ray.runtime.round_rows import RoundRowBuilder
@@ -341,7 +341,7 @@ def with_auto_choices(
 
         record = choose_auto_knobs(
             prepared.scenario, prepared.auto_plan, root or default_root(prepared.scenario), notify, run_candidate, probe,
-            data_digest(prepared.dataset),
+            data_digest(prepared.dataset, prepared.partition),
         )
     return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.scenario, auto_knobs=record)
 
@@ -455,7 +455,8 @@ def _run_with(
                 run_dir, status="interrupted", interrupted_by=signal.Signals(received()).name, interrupted_at=datetime.now().isoformat(timespec="seconds")
             )
         else:
-            update_manifest(run_dir, status="failed", error=failure_text(exc))
+            where = failure_traceback(exc)  # a client's traceback (a Ray worker's too), kept for the post-mortem
+            update_manifest(run_dir, status="failed", error=failure_text(exc), **({"error_traceback": where} if where else {}))
         raise
 
 
