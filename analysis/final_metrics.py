@@ -58,6 +58,9 @@ class RunMetrics:
     # the values the run chose for its `auto` knobs (its manifest's auto_knobs), or None
     auto_knobs: dict[str, Any] | None = None
     scored_on: str = SCORED_ON_TEST  # SCORED_ON_TEST | SCORED_ON_VALIDATION
+    # the knobs pinned to a value chosen for another data setting (the manifest's
+    # pinned_for_another_setting: hdcfl_ray/config/pinned_knobs.py), [] for none
+    pinned_elsewhere: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,11 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         # resumes that went on with the clients on other hosts (simulate --allow-layout-change)
         values["host_layout_changes"] = float(len(run.manifest.get("host_layout_changes") or []))
         scored_on = SCORED_ON_VALIDATION if run.scored_on_validation else SCORED_ON_TEST
+        pinned = [item for item in run.manifest.get("pinned_for_another_setting") or [] if isinstance(item, dict)]
         records.append(
-            RunMetrics(run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs"), scored_on)
+            RunMetrics(
+                run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs"), scored_on, pinned
+            )
         )
     return records
 

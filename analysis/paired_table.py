@@ -13,11 +13,13 @@ from __future__ import annotations
 from analysis.final_metrics import RunMetrics
 from analysis.provenance import mark_across_machines
 from analysis.report_table import ReportTable, Text
-from analysis.row_flags import evidence_flags, flag_note, row_flags
+from analysis.row_flags import evidence_flags, flag_name, flag_note, row_flags
 from analysis.verdict import RULE, paired_verdict
 
 PAIRED_METRICS = (("mean_accuracy", "mean"), ("worst_accuracy", "worst"), ("bottom20_accuracy", "bot.20%"))
 NOT_PAIRED = "not paired"
+# the evidence flags of either side that a difference inherits (the seeds are the pair's own)
+_EITHER_SIDE = ("sampled evaluation", "pinned for another setting")
 
 
 def _seeds(seeds: list[int]) -> str:
@@ -86,9 +88,9 @@ def paired_table(records: list[RunMetrics], reference: str = "hdcfl") -> ReportT
 
 
 def _evidence(flags: dict[tuple[str, str], list[str]], setting: str, reference: str, method: str) -> list[str]:
-    """The sampled-evaluation marks of both sides of a pair (the seed counts are the pair's own):
-    one mark when both sides sampled alike, else each side's, the reference's named."""
-    own, theirs = ([flag for flag in evidence_flags(flags.get((setting, side))) if flag.startswith("sampled evaluation")]
+    """The sampled-evaluation and pinned-knob marks of both sides of a pair (the seed counts
+    are the pair's own): one mark when both sides are alike, else each side's, the reference's named."""
+    own, theirs = ([flag for flag in evidence_flags(flags.get((setting, side))) if flag_name(flag) in _EITHER_SIDE]
                    for side in (method, reference))  # fmt: skip
     if own and own == theirs:
         return [f"{flag} for both" for flag in own]

@@ -9,6 +9,7 @@ import math
 
 from hdcfl_ray.errors import ScenarioError
 
+from analysis.auto_choice import chosen_by_note
 from analysis.participation_split import DIFFERENCE, NON_PARTICIPANTS, PARTICIPANTS
 from analysis.provenance import mark_across_machines, provenance_note
 from analysis.report_table import BEST, SECOND, ReportTable, Text, percent as _percent, with_std as _with_std
@@ -420,8 +421,9 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
     validation = validation_table(validated)
     for tables, behind in ((every, tested), ([validation] if validation else [], validated)):
         source = provenance_note(record.provenance for record in behind if record.provenance)
+        chosen = chosen_by_note((record.method, record.auto_knobs) for record in behind)
         for table in tables:  # a table copied on its own still says what produced it and what it lacks
-            table.note = " ".join(note for note in (table.note, left_out, source) if note)
+            table.note = " ".join(note for note in (table.note, chosen, left_out, source) if note)
     return every + ([validation] if validation else [])
 
 

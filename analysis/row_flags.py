@@ -1,6 +1,7 @@
 """Warnings a report prints on its cells, so that a table copied into a paper
 carries them: a clustered method that collapsed, a method far below Local, a
-row with fewer seeds than the others, figures scored on a sample of the clients.
+row with fewer seeds than the others, figures scored on a sample of the clients, a
+knob pinned to a value chosen for another setting.
 
 Each flag follows a stated rule over the runs behind a setting's row
 (FLAG_RULES), and every table that shows a flag repeats its rule in its note. A
@@ -31,6 +32,7 @@ FLAG_RULES = {
     "fewer seeds": "fewer seeds than the most any method has in this setting",
     "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
     "host layout changed": "a batched run was resumed with its clients on other hosts (simulate --resume --allow-layout-change), so from then on they trained in other batches than an uninterrupted run's; its numbers are not that run's bits (in at least one seed)",
+    "pinned for another setting": "a knob of the method was pinned to a value chosen for another dataset, partition or model (the scenario's chosen_for names another data setting than the run's), where it may be far from this setting's best; the run warned at its start and its manifest records it (pinned_for_another_setting; in at least one seed; the knobs and values in brackets)",
     "paired on fewer seeds": "the method and the reference share fewer seeds than the most any method has in this setting: the differences and verdict use the shared seeds only",
 }
 # the one metric a flag is defined on; a flag not named here describes the runs behind a
@@ -38,7 +40,7 @@ FLAG_RULES = {
 FLAG_METRICS = {"worst client 0%": "worst_accuracy", "below Local": "mean_accuracy"}
 # the flags that say how much evidence is behind a number, which every table derived from
 # the runs (macro averages, paired differences, gains) repeats
-EVIDENCE_FLAGS = ("fewer seeds", "sampled evaluation", "host layout changed")
+EVIDENCE_FLAGS = ("fewer seeds", "sampled evaluation", "host layout changed", "pinned for another setting")
 
 
 def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
@@ -70,6 +72,9 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
         changed = sum(1 for r in runs if _value(r, "host_layout_changes") > 0)
         if changed:
             found.append(f"host layout changed ({changed} of {len(runs)} seed{'' if len(runs) == 1 else 's'})")
+        pinned = _pinned_elsewhere(runs)
+        if pinned:
+            found.append(f"pinned for another setting ({pinned})")
         if found:
             flags[(setting, method)] = found
     return flags
@@ -119,6 +124,22 @@ def _cause(runs: list[RunMetrics]) -> str:
         for run in runs if isinstance(run.auto_knobs, dict) for knob in run.auto_knobs.get("knobs") or []
     })  # fmt: skip
     return "; ".join(chosen) if chosen else "its knobs as set"
+
+
+def _pinned_elsewhere(runs: list[RunMetrics]) -> str:
+    """'threshold 4; 2 of 3 seeds': the knobs the runs pinned for another data setting,
+    with their values, and how many of the runs did ('' when none did)."""
+    pinned = [run for run in runs if run.pinned_elsewhere]
+    if not pinned:
+        return ""
+    knobs = sorted({
+        f"{str(item.get('key', '')).rsplit('.', 1)[-1]} {_shown(item.get('value'))}" for run in pinned for item in run.pinned_elsewhere
+    })  # fmt: skip
+    return f"{', '.join(knobs)}; {len(pinned)} of {len(runs)} seed{'' if len(runs) == 1 else 's'}"
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _value(record: RunMetrics, name: str) -> float:

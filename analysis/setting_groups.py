@@ -11,7 +11,9 @@ A row is a method (or the variant `output.label` names). Runs of one method in o
 column that differ in the method's own knobs are variants of it, a row each: the one at
 the method's defaults keeps the method's name, the others are named by the knobs where
 they leave the defaults: `hdcfl [mix=0.0]`. A method calibrated per setting (another
-value in each column) stays one row.
+value in each column) stays one row. Runs whose `auto` knobs were chosen under another
+rule, or by other code, are rows apart too, named by what differs
+(analysis/auto_choice.py): `pacfl [auto rule 1a2b3c4d]`.
 
 Within a row of a column each seed counts once: two runs of the same method, setting
 and seed are refused, naming both folders, unless the caller says which to keep.
@@ -29,6 +31,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.config.safe_keys import flatten, own_sections
 from hdcfl_ray.errors import ScenarioError
 
+from analysis.auto_choice import choice_of, choice_tags
 from analysis.runs import RunRecord, method_label
 
 KEEP_CHOICES = ("newest", "oldest")  # which of two runs of one method, setting and seed a report keeps
@@ -123,10 +126,10 @@ def _column_names(runs: list[RunRecord], settings: dict[Any, RunSetting]) -> dic
 
 def _row_names(runs: list[RunRecord], settings: dict[Any, RunSetting]) -> dict[Any, str]:
     groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-    rows: dict[Any, str] = {}
+    parts: dict[Any, list[str]] = {}  # run -> what its row name adds to the method's in brackets
     for run in runs:
         if (run.scenario.get("output") or {}).get("label"):
-            rows[run.run_dir] = method_label(run.scenario)  # the user named the variant
+            parts[run.run_dir] = []  # the user named the variant
         else:
             groups[(run.setting, method_label(run.scenario))].append(run)
     for (_, method), members in groups.items():
@@ -137,9 +140,27 @@ def _row_names(runs: list[RunRecord], settings: dict[Any, RunSetting]) -> dict[A
         for run in members:
             knobs = settings[run.run_dir].knobs
             shown = [key for key in differing if known is None or knobs.get(key, _ABSENT) != known.get(key, _ABSENT)]
-            suffix = ", ".join(f"{key}={_show(knobs.get(key, _ABSENT))}" for key in shown)
-            rows[run.run_dir] = f"{method} [{suffix}]" if suffix else method
-    return rows
+            parts[run.run_dir] = [f"{key}={_show(knobs.get(key, _ABSENT))}" for key in shown]
+    for run_dir, tags in _choice_tags(runs).items():
+        parts[run_dir] += tags
+    return {run.run_dir: _named(method_label(run.scenario), parts[run.run_dir]) for run in runs}
+
+
+def _choice_tags(runs: list[RunRecord]) -> dict[Any, list[str]]:
+    """Each run's tags naming what chose its auto knobs where runs of its row name differ
+    in it (analysis/auto_choice.py). Over the whole report, not per column: a row is then
+    one rule in every column, and no macro value averages two."""
+    by_name: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        by_name[method_label(run.scenario)].append(run)
+    tags: dict[Any, list[str]] = {}
+    for members in by_name.values():
+        tags.update(choice_tags({run.run_dir: choice_of(run.manifest) for run in members}))
+    return tags
+
+
+def _named(method: str, parts: list[str]) -> str:
+    return f"{method} [{', '.join(parts)}]" if parts else method
 
 
 def _one_run_per_seed(runs: list[RunRecord], keep: str | None, option: str) -> Placement:
