@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from hdcfl_ray.contract import ModelParams
+from hdcfl_ray.ablation.recorded_run import scenario_file, with_recorded_choices
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.diagnostics.donor_swap import DonorSwapRun, DonorSwapSummary, analyse_run, beneficial, off_diagonal, summarise
 from hdcfl_ray.errors import ScenarioError
@@ -22,6 +23,9 @@ from hdcfl_ray.runtime.backends.ray_session import RaySession
 from hdcfl_ray.runtime.preflight import prepare_run
 
 PARQUET_NAME = "donor_swap.parquet"
+_COMMAND = "diagnose donor-swap"
+# a knob `auto` with no recorded choice: the run's manifest, lost or damaged, is what says it
+_UNRECORDED_FIX = "restore the run's manifest.json, or rerun the simulation"
 
 
 def cosine_similarity(vectors: np.ndarray) -> np.ndarray:
@@ -110,15 +114,14 @@ def donor_swap_unit(run_dir: Path, out_dir: Path | None = None, max_test_samples
     if max_test_samples is not None and (isinstance(max_test_samples, bool) or max_test_samples < 1):
         raise ValueError(f"max_test_samples must be a positive integer or None, got {max_test_samples!r}")
     run_dir = Path(run_dir)
-    scenario_path = run_dir / "scenario.yaml"
-    if not scenario_path.is_file():
-        raise ScenarioError(f"{scenario_path}: not found; pass the directory of a finished run")
-    cache = read_refresh_caches(run_dir, purpose="diagnose donor-swap")[-1]  # the final cached encoders and heads
+    scenario_path = scenario_file(run_dir, _COMMAND)
+    cache = read_refresh_caches(run_dir, purpose=_COMMAND)[-1]  # the final cached encoders and heads
     client_ids = cache.client_ids
     if len(client_ids) < 2:
         raise ScenarioError(f"{run_dir}: the last refresh cache holds {len(client_ids)} client(s); the diagnostic needs at least 2")
 
-    scenario = load_scenario(scenario_path)
+    # the method's clients are built as the run built them: its `auto` knobs at the values it chose
+    scenario = with_recorded_choices(load_scenario(scenario_path), run_dir, _COMMAND, _UNRECORDED_FIX)
     prepared = prepare_run(scenario)
     # Targets are scored in parallel on Ray (the run's runtime settings start or join it).
     with RaySession(scenario.runtime) as session:

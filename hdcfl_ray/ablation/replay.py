@@ -8,7 +8,8 @@ retraining. With the run's own settings the replay reproduces every score,
 group and refresh diagnostic the run logged at those rounds, bit for bit (only
 what training decides is absent): the cache holds each client's
 latest uploaded head, which is the head the client held at that round, and a
-client that never trained still holds the initial head. Nothing here redoes
+client that never trained still holds the initial head. The run's own settings
+include the values it chose for its `auto` knobs (recorded_run.py). Nothing here redoes
 what the run does: the refresh (hdcfl/refresh.py), the scoring of a client
 (algorithms/shared_encoder_scores.py) and the table rows (runtime/round_rows.py)
 are the run's own functions."""
@@ -23,9 +24,9 @@ import numpy as np
 
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
 from hdcfl_ray.runtime.server.sampling import evaluation_sample
-from hdcfl_ray.config.loading import load_scenario, parse_override, scenario_to_yaml
+from hdcfl_ray.ablation.recorded_run import with_recorded_choices, written_scenario
+from hdcfl_ray.config.loading import parse_override, scenario_to_yaml
 from hdcfl_ray.config.methods import build_algorithm
-from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import RefreshSummary
 from hdcfl_ray.errors import ScenarioError, failure_text
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
@@ -39,6 +40,10 @@ from hdcfl_ray.runtime.initial_model import initial_parameters
 from hdcfl_ray.runtime.backends.local_host import local_host
 from hdcfl_ray.runtime.server.messages import EvalReport
 from hdcfl_ray.runtime.preflight import PreparedRun, prepare_run
+
+# What to do when a knob is `auto` and the run recorded no choice (a manifest lost or
+# written before the run chose): any value of a server-side knob can be replayed.
+_UNRECORDED_FIX = "give the value to replay with {set_options}"
 
 # The refresh schedule decides at which rounds caches were saved; a replay can
 # only score the rounds the run refreshed at.
@@ -62,17 +67,18 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     overrides = list(overrides)
     check_overrides(overrides)
-    scenario_path = run_dir / "scenario.yaml"
-    if not scenario_path.is_file():
-        raise ScenarioError(f"ablate {run_dir}: not a run directory (no scenario.yaml)")
-    run_scenario = load_scenario(scenario_path)
-    if run_scenario.algorithm.name != "hdcfl":
+    written = written_scenario(run_dir, "ablate", overrides)
+    if written.algorithm.name != "hdcfl":
         raise ScenarioError(
-            f"ablate {run_dir}: the run used algorithm {run_scenario.algorithm.name!r}; only hdcfl runs have refreshes to replay"
+            f"ablate {run_dir}: the run used algorithm {written.algorithm.name!r}; only hdcfl runs have refreshes to replay"
         )
-    scenario = load_scenario(scenario_path, overrides)
+    # a knob the overrides leave `auto` takes the value the run chose for it
+    scenario = with_recorded_choices(written, run_dir, "ablate", _UNRECORDED_FIX)
     refreshes = read_refresh_caches(run_dir, purpose="ablate")
-    _claim_out_dir(out_dir)
+    _check_out_dir(out_dir)
+    # what a user's settings can refuse (a method check, the data) is refused before the folder is made
+    prepared = prepare_run(scenario)
+    out_dir.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
     # The replay is its own setting in reports, named after what it changed.
@@ -92,7 +98,7 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
         },
     )
     try:
-        _replay(prepare_run(scenario), run_scenario, refreshes, out_dir, started)
+        _replay(prepared, refreshes, out_dir, started)
     except BaseException as exc:
         update_manifest(out_dir, status="failed", error=failure_text(exc))
         raise
@@ -114,21 +120,20 @@ def check_overrides(overrides: list[str]) -> None:
             )
 
 
-def _claim_out_dir(out_dir: Path) -> None:
-    if out_dir.exists() and any(out_dir.iterdir()):
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ScenarioError(f"ablate --out {out_dir}: the folder already holds files; choose a new folder or remove it")
-    out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _replay(prepared: PreparedRun, run_scenario: Scenario, refreshes: list[SavedRefresh], out_dir: Path, started: float) -> None:
+def _replay(prepared: PreparedRun, refreshes: list[SavedRefresh], out_dir: Path, started: float) -> None:
     """Each saved refresh goes through the run's own refresh, client scoring and row
     builders; only the settings differ."""
     scenario, dataset, partition = prepared.scenario, prepared.dataset, prepared.partition
     params = scenario.algorithm.hdcfl
+    # Its schedule numbers the refreshes (and so seeds k-means) as the run's did: the
+    # overrides cannot change it (check_overrides), and it counts a refresh round whose
+    # cache was empty too, exactly as the run did.
     algorithm = build_algorithm(scenario)
-    # The run's own schedule numbers the refreshes (and so seeds k-means); it counts a
-    # refresh round whose cache was empty too, exactly as the run did.
-    run_schedule = build_algorithm(run_scenario)
     initial = initial_parameters(scenario, dataset)
     host = local_host(prepared, algorithm, initial)
     true_groups = partition.true_groups()
@@ -138,7 +143,7 @@ def _replay(prepared: PreparedRun, run_scenario: Scenario, refreshes: list[Saved
     previous_groups: dict[int, int] | None = None
     for position, saved in enumerate(refreshes):
         round_started = time.perf_counter()
-        refresh_index = run_schedule.refresh_index(saved.round_index)
+        refresh_index = algorithm.refresh_index(saved.round_index)
         result = run_refresh(saved.heads, saved.encoders, saved.num_samples, params, seed=scenario.seed, refresh_index=refresh_index)
         summary = refresh_summary(saved.round_index, saved.client_ids, result, params.descriptor)
         evaluations = _evaluate_clients(host, saved, result.prototypes, summary, initial.head, scored_clients, params.mix)
