@@ -112,6 +112,16 @@ def _every_kept_choice_passes_its_own_checks(choose: Any, monkeypatch: pytest.Mo
     monkeypatch.setattr(choose, "write_choice", checked_write)
 
 
+def slow_beyond(values: Any, fast: Any) -> list[Any]:
+    """The cases of a parametrized test whose every case is a long end-to-end run: those in
+    `fast` run in the README's test command, the others are marked slow, for the slow tier
+    that `.ci/run` runs after it (so every case still runs in CI)."""
+    def slow(value: Any) -> Any:  # a tuple is the values of several parameters
+        return pytest.param(*(value if isinstance(value, tuple) else (value,)), marks=pytest.mark.slow)
+
+    return [value if value in fast else slow(value) for value in values]
+
+
 def tiny_scenario(**sections: Any) -> dict[str, Any]:
     """A digits scenario small enough for a unit-test run (seconds, not minutes)."""
     scenario: dict[str, Any] = {

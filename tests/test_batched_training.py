@@ -34,7 +34,7 @@ from hdcfl_ray.runtime.client import batched_training
 from hdcfl_ray.runtime.client.batched_training import TrainRequest, train_together
 from hdcfl_ray.training.local_training import train_locally
 from hdcfl_ray.runtime.client.training_rendezvous import TrainingRendezvous
-from tests.conftest import SMALL_FEDERATION_METHODS, tiny_scenario
+from tests.conftest import SMALL_FEDERATION_METHODS, slow_beyond, tiny_scenario
 
 SGD = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
 # methods whose local update trains through its own loop, not ClientContext.train (docs/running.md)
@@ -235,7 +235,7 @@ def client_rows(run_dir: Path) -> dict[tuple[int, int], tuple[float, float]]:
     return {(row["round"], row["client_id"]): (row["accuracy"], row["loss"]) for row in table}
 
 
-@pytest.mark.parametrize("method", sorted(method_names()))
+@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast=set(method_names()) - {"fedala", "ditto", "apfl"}))
 def test_every_method_gives_the_same_results_batched_and_one_at_a_time(method: str, tmp_path: Path, write_scenario, monkeypatch) -> None:
     calls: list[int] = []
     real = batched_training.train_together

@@ -84,6 +84,7 @@ def test_a_client_with_one_image_per_class_cannot_hold_any_out():
         build_partition(config, labels, labels, 10, seed=0)
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_calibrate_chooses_on_held_out_training_images_by_default(write_scenario, tmp_path):
     from typer.testing import CliRunner
 
@@ -143,6 +144,7 @@ def test_the_rule_picks_the_best_mean_validation_accuracy_and_breaks_ties_toward
     assert choose_value(runs, "algorithm.fedprox.mu").value == "1.0"
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_calibrate_over_runs_made_with_other_settings_exits_2_and_names_the_key(write_scenario, tmp_path):
     from typer.testing import CliRunner
 

@@ -16,7 +16,7 @@ from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.conftest import slow_beyond, tiny_scenario
 from tests.stop_observer import StopAfterRound
 
 
@@ -86,7 +86,7 @@ METRICS = ("accuracy", "loss", "accuracy_global", "accuracy_local", "accuracy_pe
 @pytest.mark.usefixtures("ray_session")
 # FedSoft updates its server state in place after the resume (importance rows at round 4):
 # the restored state reaches the Ray server actor through the object store, read-only
-@pytest.mark.parametrize("mode, method", [("sync", "hdcfl"), ("async", "hdcfl"), ("sync", "fedsoft")])
+@pytest.mark.parametrize("mode, method", slow_beyond([("sync", "hdcfl"), ("async", "hdcfl"), ("sync", "fedsoft")], fast={("sync", "hdcfl")}))
 def test_resume_after_a_stop_gives_the_uninterrupted_metrics_without_duplicate_rows(tmp_path, mode, method):
     protocol = {"rounds": 5, "participation": 0.5}
     if mode == "async":

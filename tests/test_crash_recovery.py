@@ -11,7 +11,7 @@ import pytest
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.conftest import slow_beyond, tiny_scenario
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -42,7 +42,7 @@ def client_metrics(run_dir: Path):
     return {column: table.column(column).to_pylist() for column in METRICS}
 
 
-@pytest.mark.parametrize("mode", ["sync", "async", "sync-batched"])
+@pytest.mark.parametrize("mode", slow_beyond(["sync", "async", "sync-batched"], fast={"sync"}))
 def test_killing_a_client_host_mid_run_leaves_the_metrics_unchanged(tmp_path, mode):
     """sync-batched: the dead host's clients trained together are redone together, so
     they get the same bits."""

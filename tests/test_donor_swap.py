@@ -122,6 +122,7 @@ def test_missing_refresh_cache_says_to_rerun_with_the_flag(tmp_path):
         donor_swap(tmp_path)
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 @pytest.mark.usefixtures("ray_session")
 def test_donor_swap_on_a_tiny_run_writes_one_row_per_ordered_pair(tmp_path: Path):
     # two rounds: the activation round 2 is the one refresh, so its cache is the last

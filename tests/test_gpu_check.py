@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from benchmarks import gpu_check
 
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["machine", "cuda_tests", "throughput", "paper_round", "bit_identity", "paper_rot_two_rounds"]
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_dry_run_writes_every_step(tmp_path: Path) -> None:
     out = tmp_path / "x.json"
     env = {**os.environ, "PYTHON": sys.executable}

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from hdcfl_ray.config.loading import load_scenario
 from hdcfl_ray.logs.table_writer import read_table
@@ -24,6 +25,7 @@ def _metrics(run_dir: Path) -> list[tuple]:
     return sorted(zip(*(clients[column] for column in columns)), key=lambda row: (row[0], row[1]))
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_hosts_spread_over_two_nodes_and_metrics_match_one_process(tmp_path: Path, write_scenario) -> None:
     data = tiny_scenario(
         runtime={"clients_per_actor": 2, "num_cpus_per_actor": 0.5},

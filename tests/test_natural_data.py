@@ -24,7 +24,7 @@ from hdcfl_ray.data.sources.text import CLASSES, character_ids
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import PINNED_AUTO_KNOBS, SMALL_FEDERATION_METHODS
+from tests.conftest import PINNED_AUTO_KNOBS, SMALL_FEDERATION_METHODS, slow_beyond
 
 SHARD = Path("data") / "train-00000-of-00001.parquet"
 LENGTH = 12  # characters per window in the tests' text: a short LSTM, seconds per run
@@ -179,7 +179,7 @@ def test_every_method_runs_on_natural_data_locally(corpora, tmp_path, kind, meth
 
 
 @pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize("method", method_names())
+@pytest.mark.parametrize("method", slow_beyond(method_names(), fast={"hdcfl", "ifca"}))
 def test_every_method_runs_on_text_on_ray_hosts(corpora, tmp_path, method):
     """The character model is the new path every method takes: each runs on Ray hosts."""
     _run(_scenario("shakespeare", corpora, method, backend="ray"), tmp_path / "run")

@@ -38,6 +38,7 @@ def run_on_two_nodes(python: str, scenario: dict, tmp_path: Path, *plugin: str) 
     return json.loads(result_path.read_text())["manifest"]
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_a_plugin_module_runs_on_hosts_spread_over_two_nodes(tmp_path: Path) -> None:
     plugin_dir = tmp_path / "plugin-folder"
     plugin_dir.mkdir()

@@ -122,6 +122,7 @@ def test_import_is_light():
     assert callable(hdcfl_ray.sweep) and hdcfl_ray.sweep.__module__ == "hdcfl_ray.api"
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 @pytest.mark.ray
 @pytest.mark.usefixtures("ray_session")
 def test_sweep_runs_the_grid_and_reports_it(tmp_path, write_scenario):
