@@ -119,6 +119,7 @@ def test_a_choice_at_the_grids_edge_tries_the_value_beyond_it_and_is_marked_wher
     assert knob.extended == (16,) and knob.chosen == 10 and knob.at_edge is None  # inside what was tried
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_a_finalists_choice_at_the_grids_edge_tries_the_value_beyond_it_as_a_finalist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     partition = {"num_clients": 16, "test_per_client": 20}
     scenario = build_scenario(_small("ifca", {"clusters": "auto"}, partition=partition, protocol={"rounds": 4}))

@@ -29,6 +29,7 @@ from tests.portable_runs import imitating as imitating_machine
 PORTABLE, DEFAULT = "runtime.portable=true", "runtime.portable=false"
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_quickstart_rounds_have_the_same_bits_on_a_machine_without_avx2_caps_and_one_host(tmp_path: Path) -> None:
     """This machine with two hosts, against an imitated SSE-era machine (MKL's
     compatible branch, oneDNN at SSE4.1) with one host."""
@@ -87,7 +88,10 @@ def test_ray_hosts_on_nodes_started_under_other_caps_compute_the_local_backends_
     run's hosts compute with the caps."""
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(quickstart()))
-    environment = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    # not this session's Ray: its address, nor the token authentication its ray.init exported
+    # (the child's cluster_utils nodes would start in that mode with no token, and cancel every
+    # actor that has a runtime_env: a portable run's hosts)
+    environment = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     environment.update(portable_environment())
     completed = subprocess.run(
         [sys.executable, "-m", "tests.portable_cluster_run", str(path), "sse", str(tmp_path / "cluster")],
@@ -144,6 +148,7 @@ def test_the_default_mode_differs_from_the_golden_portable_bits_under_a_cap() ->
     assert json.loads(completed.stdout.strip().splitlines()[-1]) != golden["fedavg"]
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_mkl_told_it_runs_on_the_other_vendor_moves_the_default_bits_but_not_the_portable_ones(tmp_path: Path) -> None:
     """What caps cannot imitate: MKL dispatches by vendor. Told it runs on the other
     vendor's CPU (tests/mkl_vendor.py), it changes a default-mode run; the portable
@@ -194,6 +199,7 @@ def _pretrained_weights(tmp_path: Path, name: str, machine: str, *overrides: str
     return torch.load(weights, weights_only=True)
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_portable_pretraining_gives_the_same_weights_under_other_caps_and_records_its_arithmetic(tmp_path: Path) -> None:
     import torch
 

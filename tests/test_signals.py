@@ -175,6 +175,7 @@ def test_a_double_ctrl_c_on_the_local_backend_leaves_a_resumable_run(tmp_path):
         run.stop_leftovers()
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_sigterm_on_the_ray_backend_stops_every_ray_process_and_leaves_a_resumable_run(tmp_path):
     run = Run(tmp_path, "ray")
     try:

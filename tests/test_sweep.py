@@ -59,6 +59,7 @@ def test_a_second_sweep_into_the_same_folder_keeps_the_first_ones_index_entries(
     assert len(json.loads((out / "index.json").read_text())["runs"]) == 1
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 @pytest.mark.usefixtures("ray_session")
 def test_a_sweep_rerun_after_a_crash_completes_only_the_missing_runs(write_scenario, tmp_path):
     out = tmp_path / "sweep"

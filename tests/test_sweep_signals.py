@@ -118,6 +118,7 @@ def _stop(tmp_path: Path, backend: str, name: str, twice: bool) -> None:
     _rerun_completes_to_the_uninterrupted_tables(sweep, tmp_path)
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_sigterm_stops_a_local_backend_sweep_resumably_and_its_rerun_completes_it(tmp_path):
     _stop(tmp_path, "local", "SIGTERM", twice=False)
 

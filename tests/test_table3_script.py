@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a long end-to-end run: the slow tier (.ci/run runs it after the README's command)
 def test_dry_run_writes_the_three_rows_and_a_rerun_reuses_the_runs(tmp_path: Path) -> None:
     command = [sys.executable, str(ROOT / "scenarios/paper/table3.py"), "--dry-run", "--out", str(tmp_path), "--report", str(tmp_path / "copy.md")]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
