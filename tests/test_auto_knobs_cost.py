@@ -6,16 +6,11 @@ is tried again by the next run, and data regenerated at the same path gets a new
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from PIL import Image
 
 import hdcfl_ray
 from hdcfl_ray.auto_knobs.cache import CACHE_VARIABLE
@@ -23,6 +18,7 @@ from hdcfl_ray.auto_knobs.choose import choose_auto_knobs
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from tests.conftest import tiny_scenario
+from tests.digits_parquet import write_digits_parquet
 
 pytestmark = pytest.mark.auto_knobs
 
@@ -157,32 +153,14 @@ def test_a_failed_candidate_is_not_cached_and_the_next_run_tries_it_again(tmp_pa
     assert third.from_cache  # every candidate ran: kept
 
 
-def _write_digits_parquet(folder: Path, shuffle: bool) -> None:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images * 16).clip(0, 255).astype(np.uint8)
-    labels = digits.target.astype(np.int64)
-    if shuffle:
-        labels = np.random.default_rng(0).permutation(labels)
-    folder.mkdir(parents=True, exist_ok=True)
-    for part, rows in (("train", slice(0, 1400)), ("test", slice(1400, None))):
-        encoded = []
-        for image in images[rows]:
-            buffer = io.BytesIO()
-            Image.fromarray(image).save(buffer, format="PNG")
-            encoded.append(buffer.getvalue())
-        pq.write_table(pa.table({"image": encoded, "label": labels[rows]}), folder / f"{part}.parquet")
-
-
 def test_data_regenerated_at_the_same_path_gets_a_new_choice(tmp_path: Path) -> None:
     data = tmp_path / "data"
     scenario = _small("ifca", {"clusters": "auto"}, dataset={"name": "parquet_images", "path": str(data)}, protocol={"rounds": 1})
-    _write_digits_parquet(data, shuffle=False)
+    write_digits_parquet(data)
     first = hdcfl_ray.simulate(scenario, out=tmp_path / "first", progress=False)
     again = hdcfl_ray.simulate(scenario, out=tmp_path / "again", progress=False)
     assert again.manifest["auto_knobs"]["from_cache"] is True
-    _write_digits_parquet(data, shuffle=True)  # the same path, the labels shuffled
+    write_digits_parquet(data, shuffle_labels=True)  # the same path, the labels shuffled
     regenerated = hdcfl_ray.simulate(scenario, out=tmp_path / "regenerated", progress=False)
     assert regenerated.manifest["auto_knobs"]["from_cache"] is False
     assert regenerated.manifest["auto_knobs"]["cache"] != first.manifest["auto_knobs"]["cache"]

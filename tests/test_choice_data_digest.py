@@ -6,7 +6,6 @@ written again unchanged, it keeps its digest."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -15,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from PIL import Image
 
 import hdcfl_ray
 from hdcfl_ray.auto_knobs.cache import CACHE_VARIABLE
@@ -25,6 +23,7 @@ from hdcfl_ray.data.standins.femnist import write_femnist_standin
 from hdcfl_ray.data.standins.leaf_json import leaf_users_from_parquet, write_leaf_json
 from hdcfl_ray.data.standins.shakespeare import write_shakespeare_standin
 from hdcfl_ray.runtime.driver import prepare_run
+from tests.digits_parquet import write_digits_parquet
 
 SHARD = Path("data") / "train-00000-of-00001.parquet"
 
@@ -41,25 +40,6 @@ def _permuted_column(path: Path, column: str, seed: int) -> None:
 
 def _rewritten(path: Path) -> None:
     pq.write_table(pq.read_table(path), path)
-
-
-def _parquet_images(folder: Path) -> Path:
-    """train.parquet and test.parquet of digits images, each row with its writer."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images * 16).clip(0, 255).astype(np.uint8)
-    writers = np.random.default_rng(1).integers(0, 12, size=len(images))
-    folder.mkdir(parents=True, exist_ok=True)
-    for part, rows in (("train", slice(0, 1400)), ("test", slice(1400, None))):
-        encoded = []
-        for image in images[rows]:
-            buffer = io.BytesIO()
-            Image.fromarray(image).save(buffer, format="PNG")
-            encoded.append(buffer.getvalue())
-        columns = {"image": encoded, "label": digits.target[rows].astype(np.int64), "writer_id": [f"w{w:02d}" for w in writers[rows]]}
-        pq.write_table(pa.table(columns), folder / f"{part}.parquet")
-    return folder
 
 
 def _rotate_leaf_users(folder: Path) -> None:
@@ -98,7 +78,7 @@ def _huggingface(root: Path) -> tuple[dict[str, Any], Callable[[], None], Callab
 
 
 def _parquet(root: Path) -> tuple[dict[str, Any], Callable[[], None], Callable[[], None]]:
-    folder = _parquet_images(root / "parquet")
+    folder = write_digits_parquet(root / "parquet", writers=12)
     scenario = _natural({"name": "parquet_images", "path": str(folder)}, "writer_id", IMAGE_MODEL)
 
     def permute() -> None:
