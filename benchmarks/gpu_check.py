@@ -9,15 +9,27 @@ its error and the next one runs:
                         (those count as skipped, named not_started_for_time, never as failed)
   throughput            samples/s of the project's train_locally against a plain PyTorch loop,
                         same model and synthetic 3x32x32 data, small_cnn and resnet18_cifar, fp32 and bf16
-  paper_round           benchmarks/gpu_round.py: the paper round's images/s in the default plan (its
-                        hosts and how many participants trained as one batch) and in each mode (one client
-                        at a time, batched, TF32, bf16, fastest) on one local host holding every client,
-                        and with 1, 2 and 4 Ray hosts sharing the GPU, against a plain loop, concurrent
-                        loops and the fused batch of the round's participants; one batched step's host
-                        operations, host waits, blocking CUDA calls and GPU busy fraction (profiler); the
-                        evaluated round's cost; the default mode twice
-  bit_identity          two same-seed quickstart runs on the GPU: are their clients tables bit-identical
+  paper_round           benchmarks/gpu_round.py: the paper round's images/s in the default plan (one host
+                        per GPU, as the paper scenarios ask) and in each mode (one client at a time,
+                        batched, TF32, bf16, fastest) on one local host holding every client, and with 1,
+                        2 and 4 Ray hosts sharing the GPU (4 at 0.25: the shared layout), against a plain
+                        loop, concurrent loops and the fused batch of the round's participants; one batched
+                        step's host operations, host waits, blocking CUDA calls and GPU busy fraction
+                        (profiler); the evaluated round's cost; the default mode twice
+  bit_identity          two same-seed quickstart runs on the GPU (Ray, one host on the GPU): are their
+                        clients tables bit-identical
   paper_rot_two_rounds  two rounds of scenarios/paper/c10-rot-no-pretrain.yaml on the CIFAR-10 Parquet copy
+                        in the scenario's layout (one host per GPU: a round's 10 participants train as one
+                        batched model), then, as time allows, in the shared layout (four hosts at 0.25 GPU,
+                        each batching only its own participants): both runs' round times side by side
+
+Every run a step makes for its layout (paper_round's default plan, local host and Ray hosts;
+paper_rot_two_rounds' two layouts) is recorded under the step's "layouts" and printed: the host
+count, per round and host the clients that trained together ("round 1 (...): host 0
+[0,3,5,...] batched 10") and how many updates trained in groups of each size. paper_round
+also records and prints `outside_step_loop`: the share of one batched round of the paper's
+participants spent outside the step loop (loads, snapshots, finite checks, averaging;
+benchmarks/round_overhead.py, its parts under `round_overhead`; null where not measured).
 
     bash benchmarks/gpu_check.sh                    # on the GPU machine (installs what is missing)
     python -m benchmarks.gpu_check --dry-run        # anywhere: everything but CUDA, in about a minute
@@ -49,12 +61,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks._common import machine_description  # standard library only
+from benchmarks.round_layout import layout_lines, run_layout  # standard library at import
 
 REPO = Path(__file__).resolve().parents[1]
 
 # seconds per step on the GPU machine and in a dry run; on the GPU the steps of one command together
 # get at most TOTAL_BUDGET_S (9 minutes), a later step only what is left of it
-BUDGETS: dict[str, int] = {"machine": 20, "cuda_tests": 150, "throughput": 60, "paper_round": 240, "bit_identity": 50, "paper_rot_two_rounds": 125}
+# (paper_rot_two_rounds: two runs, the scenario's layout and the shared one, about 60 s each on an H200)
+BUDGETS: dict[str, int] = {"machine": 20, "cuda_tests": 150, "throughput": 60, "paper_round": 240, "bit_identity": 50, "paper_rot_two_rounds": 250}
 DRY_BUDGETS: dict[str, int] = {"machine": 30, "cuda_tests": 60, "throughput": 200, "paper_round": 150, "bit_identity": 60, "paper_rot_two_rounds": 60}
 TOTAL_BUDGET_S = 540
 # the cuda suite: pytest-xdist workers when it is installed (the H200 image has it), and the
@@ -64,7 +78,11 @@ CUDA_TEST_LONGEST_S = 75
 GRACE_S = 10  # a step process past its budget by this much is killed with its children
 QUICKSTART = "scenarios/quickstart.yaml"
 PAPER = "scenarios/paper/c10-rot-no-pretrain.yaml"
-QUICK_OVERRIDES = ["runtime.backend=ray", "runtime.num_gpus_per_actor=0.25", "protocol.rounds=3", "checkpoint.every=null"]
+# one host on the GPU holding every client, as the paper scenarios lay a run out
+QUICK_OVERRIDES = ["runtime.backend=ray", "runtime.num_gpus_per_actor=1", "protocol.rounds=3", "checkpoint.every=null"]
+# the paper run's layouts: the scenario's own (one host per GPU, the round batched whole), then the
+# shared one it is measured against (four hosts per GPU, each batching only its own participants)
+PAPER_LAYOUTS: dict[str, list[str]] = {"one_host_per_gpu": [], "four_hosts_per_gpu": ["runtime.num_gpus_per_actor=0.25"]}
 # small_cnn as in benchmarks/efficiency.py
 ENCODERS: dict[str, dict[str, Any]] = {"small_cnn": {"encoder": "small_cnn", "width": 16, "feature_dim": 64},
                                        "resnet18_cifar": {"encoder": "resnet18_cifar"}}
@@ -289,7 +307,8 @@ def step_paper_round(step: Step) -> None:
     result = run_command(command, step.left())
     measured = json.loads(out.read_text()) if out.is_file() else {}
     step.record(run={key: result[key] for key in ("cmd", "returncode", "timed_out", "seconds")}, **{
-        key: measured[key] for key in ("sizes", "modes", "ray", "ceilings", "bit_identity", "step_profile", "default_plan", "skipped") if key in measured
+        key: measured[key] for key in ("sizes", "modes", "ray", "ceilings", "bit_identity", "step_profile", "default_plan", "layouts",
+                                       "outside_step_loop", "round_overhead", "skipped") if key in measured
     })
     if result["returncode"] != 0:
         step.record(log_tail=result["output_tail"][-1500:])
@@ -343,12 +362,13 @@ def step_bit_identity(step: Step) -> None:
 def step_paper(step: Step) -> None:
     import pyarrow.parquet as pq
     from hdcfl_ray.config.loading import load_scenario
-    from hdcfl_ray.logs.table_writer import read_table
     from hdcfl_ray.runtime.driver import prepare_run
 
     cifar, looked = find_cifar(step.cifar)
-    step.record(data=str(cifar) if cifar else None, looked_in=looked, overrides=paper_overrides(str(cifar or "CIFAR")))
-    load_scenario(REPO / PAPER, paper_overrides(str(cifar or "/nonexistent")))  # the exact overrides pass the schema
+    step.record(data=str(cifar) if cifar else None, looked_in=looked, overrides=paper_overrides(str(cifar or "CIFAR")),
+                layout_overrides=PAPER_LAYOUTS)
+    for extra in PAPER_LAYOUTS.values():  # the exact overrides of each layout pass the schema
+        load_scenario(REPO / PAPER, [*paper_overrides(str(cifar or "/nonexistent")), *extra])
     if cifar is None:
         message = f"CIFAR-10 Parquet folder not found (looked in {looked}); pass --cifar PATH or set HDCFL_CIFAR10_PARQUET"
         if step.dry_run:
@@ -359,17 +379,59 @@ def step_paper(step: Step) -> None:
         sliced = [*paper_overrides(str(cifar)), CPU_SHARE, "dataset.max_train_samples=2000", "dataset.max_test_samples=1000"]
         prepare_run(load_scenario(REPO / PAPER, sliced))
         return
-    sets = [arg for value in paper_overrides(str(cifar)) for arg in ("--set", value)]
-    run_dir = step.work / "paper-run"
+    layouts: dict[str, Any] = {}
+    for name, extra in PAPER_LAYOUTS.items():
+        first = next(iter(layouts.values()), None)
+        if first is not None and step.left() < first["wall_s"] + 15:  # the first layout's run tells what one costs
+            step.warn(f"layout {name} not run: {step.left():.0f} s left, one run took {first['wall_s']} s")
+            continue
+        layouts[name] = paper_layout_run(step, cifar, name, extra)
+        step.record(layouts=layouts)
+        if layouts[name]["run"]["returncode"] != 0:
+            result = layouts[name]["run"]
+            raise RuntimeError(f"simulate ({name}) exited {result['returncode']}" + (" (timed out)" if result["timed_out"] else ""))
+    default, shared = layouts.get("one_host_per_gpu"), layouts.get("four_hosts_per_gpu")
+    step.record(**{key: default[key] for key in ("run", "wall_s", "rounds", "round_wall_s", "samples_trained", "samples_per_s",
+                                                 "final_mean_accuracy") if key in default})
+    if shared is not None and "round_wall_s" in default and "round_wall_s" in shared:  # above 1: the shared layout's round took longer
+        step.record(round_s_shared_over_default=[round(b / a, 3) for a, b in zip(default["round_wall_s"], shared["round_wall_s"])])
+
+
+def paper_layout_run(step: Step, cifar: Path, name: str, extra: list[str]) -> dict[str, Any]:
+    """Two rounds of the paper scenario in one layout: its round times and which clients trained together."""
+    from hdcfl_ray.logs.table_writer import read_table
+
+    sets = [arg for value in [*paper_overrides(str(cifar)), *extra] for arg in ("--set", value)]
+    run_dir = step.work / f"paper-run-{name}"
     result = run_command([*cli_command(), "simulate", PAPER, *sets, "--out", str(run_dir), "--quiet"], step.left())
-    step.record(run=result, wall_s=result["seconds"])
+    record: dict[str, Any] = {"overrides": extra, "run": result, "wall_s": result["seconds"]}
+    if not (run_dir / "rounds.parquet").is_file():
+        return record
     table = read_table(run_dir, "rounds").sort_by("round").to_pydict()
     evaluated = [acc for acc, done in zip(table["mean_accuracy"], table["evaluated"]) if done]
-    step.record(rounds=table["round"], round_wall_s=table["wall_time_s"], samples_trained=table["samples_trained"],
-                samples_per_s=[round(n / t, 1) for n, t in zip(table["samples_trained"], table["wall_time_s"])],
-                final_mean_accuracy=evaluated[-1] if evaluated else None)
-    if result["returncode"] != 0:
-        raise RuntimeError(f"simulate exited {result['returncode']}" + (" (timed out)" if result["timed_out"] else ""))
+    record.update(rounds=table["round"], round_wall_s=table["wall_time_s"], samples_trained=table["samples_trained"],
+                  samples_per_s=[round(n / t, 1) for n, t in zip(table["samples_trained"], table["wall_time_s"])],
+                  final_mean_accuracy=evaluated[-1] if evaluated else None,
+                  layout=run_layout(run_dir))
+    return record
+
+
+def printed_layouts(record: dict[str, Any]) -> list[str]:
+    """The layout lines of a step's record: paper_round's runs ("layouts": name -> layout)
+    and paper_rot_two_rounds' ("layouts": name -> run, its "layout" inside); then the share
+    of a batched round spent outside the step loop where the step measured it."""
+    lines: list[str] = []
+    for name, entry in (record.get("layouts") or {}).items():
+        layout = entry.get("layout", entry) if isinstance(entry, dict) else None
+        if isinstance(layout, dict) and "rounds" in layout and "hosts" in layout:
+            lines.extend(layout_lines(name, layout))
+    if isinstance(record.get("round_overhead"), dict):
+        from benchmarks.gpu_round import outside_step_loop_line
+
+        lines.append(outside_step_loop_line(record["round_overhead"]))
+    elif "outside_step_loop" in record:
+        lines.append("outside the step loop: not measured")
+    return lines
 
 
 STEPS: dict[str, Callable[[Step], None]] = {
@@ -435,6 +497,8 @@ def orchestrate(args: argparse.Namespace) -> int:
             write_json(out, report)
             print(f"[gpu_check] {name}: {report[name]['status']} ({report[name].get('seconds', 0)} s)"
                   + (f" - {report[name]['error']}" if report[name].get("error") else ""), flush=True)
+            for line in printed_layouts(report[name]):
+                print(f"[gpu_check]   {line}", flush=True)
             for warning in report[name].get("warnings", []):
                 print(f"[gpu_check]   warning: {warning}", flush=True)
     passed = "dry_run" if args.dry_run else "ok"

@@ -16,18 +16,24 @@ HDC-FL makes there), so
 
 Measured, each as far as the time budget allows (what is left out says so):
 
-  layout                 the default plan (backend auto, one GPU share per host: the hosts and
-                         how many participants trained as one batch) and the modes below on one
-                         local host holding every client
+  layout                 the default plan (backend auto, one host per GPU as the paper scenarios
+                         ask: the hosts and how many participants trained as one batch) and the
+                         modes below on one local host holding every client; for the default plan,
+                         the local host and each Ray layout, per round and host the clients that
+                         trained together (benchmarks/round_layout.py), under "layouts"
   step profile           one batched step of the round's participants: the host's top-level
                          operations, its waits for the GPU, blocking CUDA calls, GPU busy fraction
+  outside the step loop  one batched round of the participants on one host and the server's
+                         average, timed part by part (benchmarks/round_overhead.py): the share
+                         of the round outside the step loop ("outside_step_loop")
   modes, local backend   one-at-a-time (exact fp32, deterministic: the former default),
                          batched (runtime.batched_training: the CUDA default), batched with
                          TF32, with bf16 autocast, and the fastest setting (non-deterministic
                          kernels, TF32, bf16, channels_last: not reproducible, an upper bound)
   bit identity           the default mode run twice: are the clients tables bit-identical
   Ray backend            the default mode with 1, 2 and 4 hosts sharing the GPU
-                         (runtime.num_gpus_per_actor = 1/N)
+                         (runtime.num_gpus_per_actor = 1/N; 4 hosts at 0.25 is the shared layout,
+                         each host batching only its own participants, measured beside the default)
   ceilings               a plain PyTorch loop on the same model and batch size, data on the
                          GPU (one loop); N such loops in N processes at once (N = the round's
                          participants, capped at --concurrent); one loop on the fused batch of
@@ -59,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import machine_description, print_table  # standard library only
+from benchmarks.round_layout import layout_lines, run_layout  # standard library at import
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -136,6 +143,22 @@ def overrides(sizes: Sizes, runtime: dict[str, Any], out: Path, gpu: bool) -> di
     }
 
 
+def ray_hosts_sharing_the_gpu(hosts: int, clients: int) -> dict[str, Any]:
+    """The runtime keys of `hosts` Ray hosts on one GPU, 1/hosts of it each, holding the
+    clients in contiguous blocks (4: the shared layout, each host batching only its own)."""
+    return {"backend": "ray", "max_actors": hosts, "clients_per_actor": -(-clients // hosts), "num_gpus_per_actor": round(1.0 / hosts, 6)}
+
+
+def round_overhead(sizes: Sizes, gpu: bool, dry_run: bool) -> dict[str, Any]:
+    """benchmarks/round_overhead.py on the round's participants (the paper's images per
+    client; a dry run: a small CNN, at most 3 clients of 16 images, on the CPU): one batched round
+    on one host and the server's average, seconds per part; `outside_share` is the share of
+    the round spent outside the step loop (loads, snapshots, finite checks, averaging)."""
+    from benchmarks.round_overhead import measure as measure_round_overhead
+
+    return measure_round_overhead("cuda" if gpu else "cpu", sizes.participants, sizes.images_per_client, dry_run=dry_run)
+
+
 def measured_run(sizes: Sizes, runtime: dict[str, Any], work: Path, gpu: bool) -> tuple[dict[str, Any], Path]:
     import hdcfl_ray
 
@@ -156,6 +179,15 @@ def measured_run(sizes: Sizes, runtime: dict[str, Any], work: Path, gpu: bool) -
         "trained_together": sorted({int(row["trained_together"] or 1) for row in round_two}),
     }
     return result, run.dir
+
+
+def outside_step_loop_line(overhead: dict[str, Any]) -> str:
+    """benchmarks/round_overhead.py's result in one line."""
+    parts = ", ".join(f"{key[:-2]} {overhead[key] * 1000:.1f} ms" for key in ("loads_s", "snapshots_s", "finite_check_s", "averaging_s",
+                                                                       "group_rest_s", "other_s") if key in overhead)
+    return (f"outside the step loop: {overhead['outside_share']:.1%} of a batched round of {overhead['clients']} clients "
+            f"({overhead['encoder']}, {overhead['device']}, round {overhead['round_s'] * 1000:.1f} ms, step loop "
+            f"{overhead['step_loop_s'] * 1000:.1f} ms; {parts})")
 
 
 # ---- ceilings: plain PyTorch loops ------------------------------------------------------
@@ -253,7 +285,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "benchmark": "gpu_round", "mode": "dry_run" if dry_run else "gpu", "command": " ".join(["python -m benchmarks.gpu_round", *sys.argv[1:]]),
         "machine": machine_description(), "sizes": sizes.__dict__, "rounds": ROUNDS, "modes": {}, "ray": {},
-        "ceilings": {}, "skipped": [],
+        "ceilings": {}, "layouts": {}, "outside_step_loop": None, "skipped": [],
     }
     if gpu:
         import torch
@@ -266,6 +298,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+    def record_layout(name: str, run_dir: Path) -> None:
+        report["layouts"][name] = run_layout(run_dir)
 
     work = Path(tempfile.mkdtemp(prefix="gpu-round-"))
     wanted = [arithmetic.name for _, (_, arithmetic) in MODES.items()]
@@ -299,10 +334,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     # the plan a user gets with the scenario's defaults and one GPU share per host (backend auto)
     if budget.left() > run_cost:
         keys, arithmetic = MODES[DEFAULT_MODE]
-        report["default_plan"], _ = measured_run(sizes, {**keys, **arithmetic.runtime(), "backend": "auto"}, work / "default-plan", gpu)
+        report["default_plan"], plan_dir = measured_run(sizes, {**keys, **arithmetic.runtime(), "backend": "auto"}, work / "default-plan", gpu)
+        record_layout("default plan", plan_dir)
         save()
     else:
         report["skipped"].append("the default plan: out of time")
+    # the share of a batched round spent outside the step loop (a failure there leaves the rest measured)
+    if budget.left() > run_cost:
+        try:
+            report["round_overhead"] = round_overhead(sizes, gpu, dry_run)
+            report["outside_step_loop"] = round(report["round_overhead"]["outside_share"], 4)
+        except Exception as error:
+            report["skipped"].append(f"the round's work outside the step loop: {type(error).__name__}: {error}")
+        save()
+    else:
+        report["skipped"].append("the round's work outside the step loop: out of time")
     base = {"backend": "local", "max_actors": 1}  # one host holding every client: the round's participants in one batch
     for mode, (keys, arithmetic) in MODES.items():
         if budget.left() < run_cost:
@@ -315,6 +361,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         report["modes"][mode] = result
         if mode == DEFAULT_MODE:
             report["default_run_dir"] = str(run_dir)
+            record_layout(f"local, one host, {mode}", run_dir)
         save()
     if DEFAULT_MODE in report["modes"] and budget.left() > run_cost:
         keys, arithmetic = MODES[DEFAULT_MODE]
@@ -331,9 +378,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if budget.left() < run_cost * 1.5:
             report["skipped"].append(f"Ray with {hosts} hosts: out of time")
             continue
-        runtime = {**keys, **arithmetic.runtime(), "backend": "ray", "max_actors": hosts,
-                   "clients_per_actor": -(-sizes.clients // hosts), "num_gpus_per_actor": round(1.0 / hosts, 6)}
-        result, _ = measured_run(sizes, runtime, work / f"ray-{hosts}", gpu)
+        runtime = {**keys, **arithmetic.runtime(), **ray_hosts_sharing_the_gpu(hosts, sizes.clients)}
+        result, ray_dir = measured_run(sizes, runtime, work / f"ray-{hosts}", gpu)
+        record_layout(f"ray, {hosts} host(s)" + (f" at {runtime['num_gpus_per_actor']} GPU each" if gpu else " on the CPU"), ray_dir)
         if local_rate:
             result["over_local_backend"] = round(result["images_per_s"] / local_rate, 3)
         report["ray"][f"{hosts}_hosts"] = result
@@ -366,6 +413,10 @@ def print_summary(report: dict[str, Any]) -> None:
               f"GPU busy {profile['gpu_busy_fraction']}")
     if "bit_identity" in report:
         print(f"default mode run twice: bit-identical = {report['bit_identity']['bit_identical']}")
+    for name, layout in report.get("layouts", {}).items():
+        print("\n".join(layout_lines(name, layout)))
+    if report.get("round_overhead"):
+        print(outside_step_loop_line(report["round_overhead"]))
     for skipped in report["skipped"]:
         print(f"not measured: {skipped}")
 

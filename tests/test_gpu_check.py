@@ -54,6 +54,15 @@ def test_dry_run_writes_every_step(tmp_path: Path) -> None:
     assert round_["default_plan"]["hosts"] >= 1 and round_["default_plan"]["images_per_s"] > 0
     assert all(mode["hosts"] == 1 for mode in round_["modes"].values())  # one local host holding every client
     assert round_["bit_identity"]["bit_identical"] is True
+    # each layout run's hosts and per round the clients that trained together, in the JSON and the log
+    layouts = round_["layouts"]
+    assert {"default plan", "local, one host, batched", "ray, 1 host(s) on the CPU", "ray, 2 host(s) on the CPU"} <= set(layouts)
+    assert layouts["ray, 2 host(s) on the CPU"]["hosts"] == 2
+    assert 0 < round_["outside_step_loop"] < 1 and round_["round_overhead"]["trained_together"] > 1
+    assert all(len(layout["rounds"]) == 3 and layout["rounds"][0]["groups"] for layout in layouts.values())
+    log = (tmp_path / "gpu_check.log").read_text()
+    assert "layout ray, 2 host(s) on the CPU: 2 host(s)" in log and "  round 1 (" in log and " batched " in log
+    assert "outside the step loop: " in log and "of a batched round of 2 clients" in log
     assert report["bit_identity"]["validate"]["returncode"] == 0
     paper = report["paper_rot_two_rounds"]
     # the CIFAR-10 copy may be absent here: then a warning, not a failure
@@ -102,3 +111,29 @@ def test_clients_tables_compare_bit_for_bit() -> None:
     assert moved["bit_identical"] is False and moved["columns_differing"] == ["loss"]
     assert 0 < moved["largest_difference"]["loss"] < 1e-15
     assert moved["columns_compared"] == ["accuracy", "loss", "train_loss"]
+
+
+def test_a_runs_layout_says_per_round_and_host_which_clients_trained_together(tmp_path: Path) -> None:
+    """benchmarks/round_layout.py reads the run's updates and rounds tables: round 1 split
+    over two hosts (3 batched, 1 alone), round 2 on one host (4 batched)."""
+    import pyarrow.parquet as pq
+
+    from benchmarks.round_layout import layout_lines, run_layout
+
+    pq.write_table(pa.table({"round": [1, 1, 1, 1, 2, 2, 2, 2], "client_id": [5, 0, 3, 9, 1, 2, 7, 8], "host": [0, 0, 0, 1, 0, 0, 0, 0],
+                             "trained_together": [3, 3, 3, 1, 4, 4, 4, 4]}), tmp_path / "updates.parquet")
+    pq.write_table(pa.table({"round": [1, 2], "wall_time_s": [2.5, 1.25], "aggregate_s": [0.1, 0.05]}), tmp_path / "rounds.parquet")
+    layout = run_layout(tmp_path)
+    assert layout["hosts"] == 2
+    assert layout["rounds"][0] == {"round": 1, "wall_time_s": 2.5, "aggregate_s": 0.1, "groups": [
+        {"host": 0, "clients": [0, 3, 5], "batched": 3}, {"host": 1, "clients": [9], "batched": 1}]}
+    assert layout["updates_by_group_size"] == {"1": 1, "3": 3, "4": 4}
+    lines = layout_lines("x", layout)
+    assert lines[0] == "layout x: 2 host(s)"
+    assert lines[1] == "  round 1 (2.5 s, aggregate 0.1 s): host 0 [0,3,5] batched 3; host 1 [9] batched 1"
+    assert lines[2] == "  round 2 (1.25 s, aggregate 0.05 s): host 0 [1,2,7,8] batched 4"
+    assert "1 in groups of 1 (12%)" in lines[3] and len(lines) == 4
+    # the orchestrator prints both steps' shapes: paper_round's layouts and paper_rot_two_rounds' runs
+    assert gpu_check.printed_layouts({"layouts": {"x": layout}}) == lines
+    assert gpu_check.printed_layouts({"layouts": {"x": layout}, "outside_step_loop": None})[-1] == "outside the step loop: not measured"
+    assert gpu_check.printed_layouts({"layouts": {"x": {"run": {}, "layout": layout}, "failed": {"run": {}}}}) == lines

@@ -102,7 +102,7 @@ def test_paper_scenario_validates_with_its_data_partition_and_encoder(path: Path
     assert (scenario.algorithm.name, hdcfl.descriptor, hdcfl.rank, hdcfl.groups, hdcfl.membership, hdcfl.mix) == (
         "hdcfl", "lowrank", 8, 4, "soft", 1.0,
     )
-    assert scenario.runtime.num_gpus_per_actor == 0.25
+    assert scenario.runtime.num_gpus_per_actor == 1  # one host per GPU: the round batched whole (tests/test_gpu_plan.py)
     assert scenario.output.save_refresh_cache is (path.stem == ABLATION)
 
 

@@ -81,6 +81,9 @@ class TrainStats:
     steps: int
     nonfinite: bool  # a NaN/Inf loss was seen: the update must not be trusted
     samples_processed: int = 0  # forward/backward passes over training samples (epochs x batches, as run)
+    # the clients whose training ran as one batched model in this call, this one included
+    # (runtime.batched_training); 1 when it trained alone
+    trained_together: int = 1
 
 
 @dataclass(frozen=True)

@@ -100,9 +100,8 @@ UPDATES_SCHEMA = pa.schema(
         ("steps", pa.int32()),
         ("samples_trained", pa.int64()),
         ("local_steps", pa.int64()),
-        # the client host that ran the update, and how many clients' updates ran side by side
-        # there this round, their training batched (1: alone); the same host and round with
-        # trained_together > 1 are the clients that trained as one batched model
+        # the client host that ran the update, and the size of the largest batched group its
+        # training ran in there, itself included (1: every `train` call trained alone)
         ("host", pa.int32()),
         ("trained_together", pa.int32()),
     ]

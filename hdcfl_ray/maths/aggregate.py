@@ -4,11 +4,20 @@ FedAvg's global encoder and HDC-FL's encoder prototypes share.
 Both the global encoder and the single-group prototype go through this function
 in the same client order, so with full participation they agree bit for bit
 (docs/hdcfl.md, section 2).
+
+The fold reads one vector at a time (a round's uploads are never all held). A
+large vector (a ResNet-18 encoder: 11 million values) is folded by several threads
+at once, each over its own slice: every value goes through the same operations in
+the same client order, so the bits do not depend on the thread count
+(tests/test_weighted_average_threads.py).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar, overload
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -69,26 +78,61 @@ def weighted_average(vectors: Sequence[np.ndarray] | np.ndarray, weights: Sequen
     shape = np.shape(vectors[0])
     accumulator = np.zeros(shape, dtype=np.float64)
     flat_accumulator = accumulator.reshape(-1)
-    scratch = np.empty(min(_BLOCK, flat_accumulator.shape[0]), dtype=np.float64)
-    for index in range(count):
-        vector = np.asarray(vectors[index])
-        if vector.shape != shape:
-            raise ValueError(f"vector {index} has shape {vector.shape}, expected {shape} like vector 0")
-        scale = weight_array[index] / total
-        flat = vector.reshape(-1)
-        # acc += scale * float64(v), one cache-sized block at a time: the same operations on
-        # every element as the whole-vector expression (so the same bits), without
-        # allocating two temporaries as long as the vector for each client.
-        for start in range(0, flat.shape[0], _BLOCK):
-            block = flat[start : start + _BLOCK]
-            buffer = scratch[: block.shape[0]]
-            np.copyto(buffer, block, casting="safe")
-            np.multiply(buffer, scale, out=buffer)
-            np.add(flat_accumulator[start : start + _BLOCK], buffer, out=flat_accumulator[start : start + _BLOCK])
+    slices = _thread_slices(flat_accumulator.shape[0])
+    with _pool(len(slices)) as pool:
+        for index in range(count):  # one vector at a time: a LazyColumn's upload is read when its turn comes
+            vector = np.asarray(vectors[index])
+            if vector.shape != shape:
+                raise ValueError(f"vector {index} has shape {vector.shape}, expected {shape} like vector 0")
+            scale = weight_array[index] / total
+            flat = vector.reshape(-1)
+            if pool is None:
+                _fold_into(flat_accumulator, flat, scale)
+            else:  # each thread its own slice of the vector: the same operations on each value
+                list(pool.map(lambda part: _fold_into(flat_accumulator[part], flat[part], scale), slices))
     return accumulator.astype(np.float32)
 
 
+def _fold_into(accumulator: np.ndarray, vector: np.ndarray, scale: float) -> None:
+    """accumulator += scale * float64(vector), one cache-sized block at a time: the same
+    operations on every value as the whole-vector expression (so the same bits),
+    without two temporaries as long as the vector. numpy lets go of the GIL in each
+    operation, so threads folding disjoint slices run at once."""
+    scratch = np.empty(min(_BLOCK, vector.shape[0]), dtype=np.float64)
+    for start in range(0, vector.shape[0], _BLOCK):
+        block = vector[start : start + _BLOCK]
+        buffer = scratch[: block.shape[0]]
+        np.copyto(buffer, block, casting="safe")
+        np.multiply(buffer, scale, out=buffer)
+        np.add(accumulator[start : start + _BLOCK], buffer, out=accumulator[start : start + _BLOCK])
+
+
+def _thread_slices(size: int) -> list[slice]:
+    """Disjoint slices of a vector of `size` values, one per thread that pays off: a
+    thread per `_PER_THREAD` values, at most one per core this process may use."""
+    threads = max(1, min(_usable_cores(), size // _PER_THREAD))
+    bounds = [size * part // threads for part in range(threads + 1)]
+    return [slice(bounds[part], bounds[part + 1]) for part in range(threads)]
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def _pool(threads: int) -> Iterator[ThreadPoolExecutor | None]:
+    if threads < 2:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="weighted-average") as pool:
+        yield pool
+
+
 _BLOCK = 1 << 16  # 64 Ki floats: 512 KiB of float64 scratch, fits in L2
+_PER_THREAD = 1 << 20  # values per thread: below about a million, starting threads costs more than they save
 
 
 def weighted_average_model(items: Sequence[Item], read: Callable[[Item], ModelParams], weights: Sequence[float]) -> ModelParams:

@@ -84,11 +84,9 @@ def load_flat_into(module: nn.Module, vector: np.ndarray, index: FlatIndex | Non
     read. Passing the index saves rebuilding it; it must describe this module.
     """
     layout = index if index is not None else FlatIndex.of(module)
-    source_array = _as_float32_vector(vector)
-    if source_array.shape[0] != layout.total_size:
-        raise ValueError(f"flat vector has {source_array.shape[0]} values but the index describes {layout.total_size}")
+    source_array = checked_flat_vector(vector, layout)
     state = module.state_dict()
-    source = _readonly_tensor(source_array)
+    source = readonly_tensor(source_array)
     # One transfer per device rather than one per entry when the module is on a GPU.
     source_by_device: dict[torch.device, torch.Tensor] = {torch.device("cpu"): source}
     with torch.no_grad():
@@ -106,6 +104,15 @@ def load_flat_into(module: nn.Module, vector: np.ndarray, index: FlatIndex | Non
             target.copy_(values.view(entry.shape))
 
 
+def checked_flat_vector(vector: np.ndarray, index: FlatIndex) -> np.ndarray:
+    """`vector` as the contiguous 1-D float32 array a module laid out as `index` loads
+    (converted only where it is not one already); ValueError for another length."""
+    array = _as_float32_vector(vector)
+    if array.shape[0] != index.total_size:
+        raise ValueError(f"flat vector has {array.shape[0]} values but the index describes {index.total_size}")
+    return array
+
+
 def unflatten(vector: np.ndarray, index: FlatIndex) -> dict[str, torch.Tensor]:
     """The named tensors of a flat vector, as fresh CPU float32 tensors (for inspection)."""
     owned = torch.from_numpy(np.array(_as_float32_vector(vector), dtype=np.float32, copy=True))
@@ -121,7 +128,8 @@ def _as_float32_vector(vector: np.ndarray) -> np.ndarray:
     return array
 
 
-def _readonly_tensor(array: np.ndarray) -> torch.Tensor:
+def readonly_tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor over `array`'s memory, to copy from (it may be read-only)."""
     # torch warns that a tensor over a read-only array could be written through;
     # this one is only ever a copy source, so the warning would be noise.
     with warnings.catch_warnings():

@@ -468,20 +468,27 @@ def _run_rounds(
     checkpoint: CheckpointSearch | None,
     started: float,
 ) -> RunSummary:
+    from hdcfl_ray.runtime.backends.host_gpus import host_gpus
+    from hdcfl_ray.runtime.batching_record import batching_after_run, batching_at_start
     from hdcfl_ray.runtime.host_layout import layout_record
     from hdcfl_ray.config.runtime_resolved import trains_batched
 
     scenario = prepared.scenario
+    hardware = backend.host_hardware()
+    batching = batching_at_start(scenario)
     update_manifest(
         run_dir,
-        runtime=backend.describe(),
+        # per host: its device and the ids of its GPUs (host_gpus.py)
+        runtime={**backend.describe(), "hosts": host_gpus(hardware)},
         num_client_hosts=backend.num_hosts,
         # which clients share a host: a batched run's bits depend on it (host_layout.py)
         host_layout=layout_record(backend.client_hosts, trains_batched(scenario.runtime)),
         client_host_actors=backend.host_names(),
         client_host_nodes=backend.host_nodes(),
         # per host: device, runtime.precision as resolved there (auto -> bf16/fp32), torch threads
-        client_host_hardware=backend.host_hardware(),
+        client_host_hardware=hardware,
+        # whether a round's clients on a host train as one batched model, and why not (batching_record.py)
+        batching=batching,
         encoder_parameters=int(backend.call("encoder_size")),
     )
     if observer is not None:
@@ -531,6 +538,7 @@ def _run_rounds(
             )
         if observer is not None:
             observer.on_round(round_row, refresh_row, list(report.events))
+    update_manifest(run_dir, batching=batching_after_run(batching, run_dir))  # what the updates showed
     return RunSummary(
         run_dir=run_dir,
         rounds=scenario.protocol.rounds,

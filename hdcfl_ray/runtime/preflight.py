@@ -52,6 +52,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     exists or Ray starts (`validate` is this function).
     `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
+    from hdcfl_ray.runtime.batching_record import batching_notices
     from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
     from hdcfl_ray.data.partitions.checks import check_text_unshifted, id_column_notices, test_proportion_notices, test_size_notices
@@ -100,4 +101,5 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
         check_validation_split(scenario, plan, dataset)
         notices += [f"{knob.key}: auto cannot use {value:g} ({why})" for knob in plan.knobs for value, why in knob.skipped]
     notices += pinned_knob_notices(scenario)  # a pinned value chosen for another data setting
+    notices += batching_notices(scenario)  # batched training asked for, but the scenario trains one client at a time
     return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan)

@@ -48,6 +48,10 @@ from benchmarks.gpu_check import cli_command as cli  # noqa: E402  (standard lib
 SCENARIO = REPO / "scenarios/paper/c10-rot-no-pretrain.yaml"
 # the table's rows besides the run itself (G = 4): `hdcfl-ray ablate --set algorithm.hdcfl.KEY=VALUE`
 REPLAYS = {"mix-0": "mix=0", "groups-1": "groups=1"}
+# the run's --set values besides the data path: the local backend with one host per GPU holding its
+# clients (a round's participants train as one batched model), a checkpoint every round (a run
+# stopped at the budget loses nothing)
+RUN_SETS = ["dataset.name=parquet_images", "runtime.backend=local", "runtime.num_gpus_per_actor=1", "checkpoint.every=1"]
 ROW_NAMES = {"": "head-derived, G = 4 (the run)", ".mix-0": "no prototype (lambda = 0)", ".groups-1": "one prototype (G = 1)"}
 DRY_RUN_SETS = [
     "name=table3-dry", "model.encoder=small_cnn", "model.width=8", "model.feature_dim=16", "partition.num_clients=4",
@@ -173,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--seeds: {args.seeds!r} is not a comma-separated list of integers")
     began = time.perf_counter()
-    # one host per GPU holding its clients; a checkpoint every round, so a run stopped at the budget loses nothing
-    sets = ["dataset.name=parquet_images", "runtime.backend=local", "runtime.num_gpus_per_actor=1", "checkpoint.every=1"]
+    sets = list(RUN_SETS)
     if args.dry_run:
         args.cifar = str(write_tiny_parquet(args.out / "tiny-parquet"))
         sets += DRY_RUN_SETS

@@ -56,9 +56,19 @@ class LocalBackend:
 
     def describe(self) -> dict[str, Any]:
         from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
+        from hdcfl_ray.runtime.backends.host_gpus import host_gpu_ids
 
         threads = torch_threads_per_host(self.host_runtime)
-        return {"backend": "local", "address": "in-process", "nodes": 1, "cpus": float(self.threads), "gpus": 0.0, "torch_threads_per_host": threads}
+        # the GPUs the hosts train on (a Ray run records its cluster's)
+        gpus = {gpu for host in self.run.hosts for gpu in host_gpu_ids(str(host.device), None)}
+        return {
+            "backend": "local",
+            "address": "in-process",
+            "nodes": 1,
+            "cpus": float(self.threads),
+            "gpus": float(len(gpus)),
+            "torch_threads_per_host": threads,
+        }
 
     def close(self) -> None:
         if self.run is not None:

@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping
 
 import numpy as np
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from hdcfl_ray.models import SplitModel
     from hdcfl_ray.runtime.client.batched_scoring import EvaluationBatch
     from hdcfl_ray.runtime.client.client_context import HostClientContext
+    from hdcfl_ray.runtime.client.replica_weights import ReplicaWeights, StagingRows
     from hdcfl_ray.runtime.client.training_rendezvous import TrainingSlot
 
 # torch and everything built on it are imported inside the methods: Ray imports this
@@ -50,15 +51,22 @@ def _resolve(value: Any) -> Any:
     return ray.get(value) if ray is not None and isinstance(value, ray.ObjectRef) else value
 
 
-def _all_finite(value: Any) -> bool:
+def _never_checked(array: np.ndarray) -> bool:
+    return False
+
+
+def _all_finite(value: Any, known_finite: Callable[[np.ndarray], bool] = _never_checked) -> bool:
+    """Whether every float in `value` is finite; arrays `known_finite` vouches for (checked
+    on the device as they were made) are not read again."""
     if isinstance(value, np.ndarray):
-        return not np.issubdtype(value.dtype, np.floating) or bool(np.isfinite(value).all())
+        return known_finite(value) or not np.issubdtype(value.dtype, np.floating) or bool(np.isfinite(value).all())
     if isinstance(value, ModelParams):
-        return value.is_finite()
+        parts = (value.encoder,) if value.head is None else (value.encoder, value.head)
+        return all(known_finite(part) or bool(np.isfinite(part).all()) for part in parts)
     if isinstance(value, Mapping):
-        return all(_all_finite(v) for v in value.values())
+        return all(_all_finite(v, known_finite) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return all(_all_finite(v) for v in value)
+        return all(_all_finite(v, known_finite) for v in value)
     if isinstance(value, float):
         return bool(np.isfinite(value))
     return True
@@ -155,6 +163,7 @@ class ClientHost:
         requested = scenario.runtime.batched_training
         self.batched_training = self.device.type == "cuda" if requested == "auto" else bool(requested)
         self._replicas: list[SplitModel] = []  # one model per client training at once (batched training)
+        self._staging: StagingRows | None = None  # a row of loaded weights per replica (replica_weights.py)
         # New on every (re)start: lets the server tell a restarted host from the one it knew.
         self._generation = uuid.uuid4().hex
 
@@ -288,6 +297,7 @@ class ClientHost:
             _own_classes=lambda: self._own_classes(client),
             _evaluation_batch=evaluation_batch,
             _training_slot=training_slot,
+            _replica_weights=None if training_slot is None else self._replica_weights(model),
         )
 
     @staticmethod
@@ -364,7 +374,7 @@ class ClientHost:
         seconds = (time.perf_counter() - started) / len(jobs)  # the batch's time, shared
         flat = []
         for ctx, upload, new_state in finished:
-            flat.extend(self._finish_update(ctx, upload, new_state, seconds, trained_together=len(jobs)))
+            flat.extend(self._finish_update(ctx, upload, new_state, seconds, trained_together=ctx.trained_together))
         return flat
 
     def _model_replicas(self, count: int) -> list[SplitModel]:
@@ -372,9 +382,23 @@ class ClientHost:
         (made once and kept: their weights are loaded by each client's update)."""
         import copy
 
+        from hdcfl_ray.runtime.client.replica_weights import StagingRows
+
         while len(self._replicas) < count:
             self._replicas.append(copy.deepcopy(self.model))
+        if self._staging is None or self._staging.rows != count:
+            self._staging = StagingRows.for_model(self.model, self.encoder_index, self.head_index, count)
         return self._replicas[:count]
+
+    def _replica_weights(self, model: SplitModel | None) -> ReplicaWeights | None:
+        """Where a batched round's replica `model` has its weights: its staging row
+        (None when the model cannot be staged)."""
+        from hdcfl_ray.runtime.client.replica_weights import ReplicaWeights
+
+        staging = self._staging
+        rows = self._replicas[: staging.rows] if staging is not None else []
+        row = next((position for position, replica in enumerate(rows) if replica is model), None)
+        return None if staging is None or row is None else ReplicaWeights(rows[row], staging, row)
 
     @contextmanager
     def _client_thread_scope(self) -> Iterator[None]:
@@ -387,7 +411,7 @@ class ClientHost:
         self, ctx: HostClientContext, upload: Any, new_state: Any, seconds: float, trained_together: int = 1
     ) -> tuple[Mapping[str, Any], UploadMeta, Any]:
         client_id = ctx.client_id
-        accepted = _all_finite(upload.models) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
+        accepted = _all_finite(upload.models, ctx.known_finite) and _all_finite(dict(upload.values)) and _all_finite(upload.train_loss)
         if accepted:
             self.client_states[client_id] = new_state
         meta = UploadMeta(

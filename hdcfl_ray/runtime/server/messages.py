@@ -26,8 +26,9 @@ class UploadMeta:
     # the bytes of the update's models, counted where they were made (payload_bytes.py), so
     # the server counts an upload without fetching its arrays; None from an older host
     models_bytes: int | None = None
-    # how many clients' updates ran side by side on its host this round, itself included,
-    # their training batched (runtime.batched_training); 1 when it trained alone
+    # the size of the largest batched group its training ran in, itself included: the
+    # clients whose `train` calls stepped as one model (runtime.batched_training); 1 when
+    # every `train` call of the update trained alone
     trained_together: int = 1
 
 
