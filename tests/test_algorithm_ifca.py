@@ -26,7 +26,7 @@ def ifca_run(rounds: int = 1, **ifca: int):
     prepared = prepare_run(
         build_scenario(tiny_scenario(algorithm={"name": "ifca", "ifca": {"clusters": 3, "assignment_samples": 48, **ifca}}, protocol={"rounds": rounds}))
     )
-    return in_process_run(prepared, algorithm=IFCA(prepared.scenario.algorithm.ifca, prepared.scenario))
+    return in_process_run(prepared, algorithm=IFCA(prepared.scenario.algorithm.ifca, run_info(prepared.scenario)))
 
 
 def losses_computed_independently(run, client_id: int, models: list[ModelParams]) -> list[float]:

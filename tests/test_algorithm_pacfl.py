@@ -17,6 +17,7 @@ from hdcfl_ray.algorithms.pacfl_subspaces import (
     threshold_in_radians,
 )
 from hdcfl_ray.config.loading import build_scenario
+from hdcfl_ray.config.methods import run_info
 from hdcfl_ray.algorithms.pacfl import PACFLParams
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
@@ -43,7 +44,7 @@ def pacfl_run(rounds: int = 1, **pacfl):
     prepared = prepare_run(
         build_scenario(tiny_scenario(algorithm={"name": "pacfl", "pacfl": pacfl}, protocol={"rounds": rounds, "participation": 0.5}))
     )
-    return in_process_run(prepared, algorithm=PACFL(prepared.scenario.algorithm.pacfl, prepared.scenario))
+    return in_process_run(prepared, algorithm=PACFL(prepared.scenario.algorithm.pacfl, run_info(prepared.scenario)))
 
 
 def fake_model(value: float) -> ModelParams:
@@ -51,7 +52,7 @@ def fake_model(value: float) -> ModelParams:
 
 
 def server_only(**params) -> PACFL:
-    return PACFL(PACFLParams(**params), build_scenario(tiny_scenario(algorithm={"name": "pacfl"})))
+    return PACFL(PACFLParams(**params), run_info(build_scenario(tiny_scenario(algorithm={"name": "pacfl"}))))
 
 
 # ---- pure maths ----

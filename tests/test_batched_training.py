@@ -26,7 +26,7 @@ from torch import nn
 
 import hdcfl_ray
 from hdcfl_ray.algorithms.registry import method_names
-from hdcfl_ray.contract import OptimizerConfig, ProximalPull
+from hdcfl_ray.contract import LinearTerm, OptimizerConfig, ProximalPull
 from hdcfl_ray.models import SplitModel
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.models.small_cnn import SmallCNN
@@ -129,6 +129,27 @@ def test_a_proximal_pull_and_per_sample_weights_train_batched_as_alone() -> None
     # the pull is felt: weights end nearer zero than without it
     free_alone, _ = alone_and_together(base, data, epochs=2, batch_size=4, optimizer_config=SGD)
     assert flat(together[0][0]).norm() < flat(free_alone[0][0]).norm()
+
+
+def test_a_linear_term_with_each_clients_own_vector_trains_batched_as_alone() -> None:
+    """SCAFFOLD's correction: every client has its own c - c_k; batched, each step's
+    gradient gains the client's own vector, as alone."""
+    base = small_model()
+    data = learnable_data([12, 12, 7], (1, 8, 8))
+    generator = torch.Generator().manual_seed(5)
+    terms = [LinearTerm(targets=[0.5 * torch.randn(p.shape, generator=generator) for p in base.parameters()]) for _ in data]
+    alone, requests = [], []
+    for client, ((images, labels), term) in enumerate(zip(data, terms)):
+        model = copy.deepcopy(base)
+        stats = train_locally(model, images, labels, epochs=2, batch_size=4, optimizer_config=SGD, generator=torch.Generator().manual_seed(client), regulariser=term)
+        alone.append((model, stats))
+        requests.append(TrainRequest(copy.deepcopy(base), images, labels, 2, 4, SGD, torch.Generator().manual_seed(client), regulariser=term))
+    stats = train_together(requests)
+    assert [s.trained_together for s in stats] == [3, 3, 3]
+    assert_same_training(alone, [(r.model, s) for r, s in zip(requests, stats)])
+    # the terms are felt: each client ends elsewhere than without its own
+    free_alone, _ = alone_and_together(base, data, epochs=2, batch_size=4, optimizer_config=SGD)
+    assert all(not torch.allclose(flat(a[0]), flat(f[0])) for a, f in zip(alone, free_alone))
 
 
 def test_per_sample_weights_train_batched_as_alone() -> None:

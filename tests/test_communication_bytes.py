@@ -158,6 +158,7 @@ MODEL_PARTS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "fedavg_se": (ENCODER, ENCODER),
     "fedbabu": (FULL, ENCODER),
     "fedce": ((2, 2), FULL),
+    "fednova": (FULL, FULL),  # the normalised update d_k up (a_k is a value)
     "fedprox": (FULL, FULL),
     "fedrep": (ENCODER, ENCODER),
     "fedsoft": ((2, 2), FULL),
@@ -165,6 +166,7 @@ MODEL_PARTS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "ifca": ((2, 2), FULL),
     "local": (NOTHING, NOTHING),
     "pacfl": (FULL, FULL),
+    "scaffold": ((2, 2), (2, 2)),  # x and c down, y_k and Delta c up
 }
 
 

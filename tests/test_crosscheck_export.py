@@ -121,7 +121,7 @@ def test_the_export_carries_each_methods_knobs_as_the_scenario_sets_them(write_s
     overrides = [
         "algorithm.fedprox.mu=0.25", "algorithm.ditto.proximal=1.5", "algorithm.ditto.lambda_selection=fixed",
         "algorithm.fedrep.head_epochs=3", "algorithm.apfl.alpha_init=0.3", "algorithm.apfl.alpha_lr=0.05",
-        "algorithm.ifca.clusters=3",
+        "algorithm.ifca.clusters=3", "algorithm.scaffold.server_lr=0.5",
     ]
     folder = export_split.export(scenario_path, overrides, tmp_path / "export")
     settings = json.loads((folder / "crosscheck.json").read_text())
@@ -131,4 +131,5 @@ def test_the_export_carries_each_methods_knobs_as_the_scenario_sets_them(write_s
     assert settings["fedrep"] == {"head_epochs": 3, "body_epochs": epochs}  # null body epochs = the protocol's
     assert settings["apfl"] == {"alpha_init": 0.3, "alpha_lr": 0.05, "adaptive": True}
     assert settings["ifca"]["clusters"] == 3
+    assert settings["scaffold"] == {"server_lr": 0.5}
     assert len(torch.load(folder / "init_independent.pt", weights_only=True)) == 3

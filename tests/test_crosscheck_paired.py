@@ -17,8 +17,14 @@ from torch import nn
 from hdcfl_ray import seeding
 from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.algorithms.apfl import BATCH_ORDER_STREAM
+from hdcfl_ray.algorithms.scaffold import CONTROL, Scaffold, ScaffoldParams
+from hdcfl_ray.algorithms.scaffold_control import difference, linear_correction, parameter_masks, updated_control
+from hdcfl_ray.contract import ModelParams
+from hdcfl_ray.contract.optimizer import OptimizerConfig
+from hdcfl_ray.maths.local_steps import momentum_step_count
 from hdcfl_ray.models import flatten_module
-from hdcfl_ray.training.local_training import client_generator
+from hdcfl_ray.models.flat import FlatIndex
+from hdcfl_ray.training.local_training import client_generator, train_locally
 from tests.script_modules import REPOSITORY, load_script
 
 CROSSCHECK = REPOSITORY / "studies" / "crosscheck"
@@ -111,6 +117,97 @@ def test_ifca_side_average_is_our_cluster_average_bit_for_bit() -> None:
     np.testing.assert_array_equal(flatten_module(combined), expected)
 
 
+def _split_model(seed: int) -> SimpleNamespace:
+    torch.manual_seed(seed)
+    encoder, head = nn.Sequential(nn.Linear(7, 5), nn.ReLU()), nn.Linear(5, 3)
+    return SimpleNamespace(encoder=encoder, head=head)
+
+
+def _flat(model: SimpleNamespace) -> ModelParams:
+    return ModelParams(encoder=flatten_module(model.encoder), head=flatten_module(model.head))
+
+
+def _pieces(params: ModelParams, model: SimpleNamespace) -> list[torch.Tensor]:
+    """A flat ModelParams as tensors shaped like the model's parameters (encoder, then head)."""
+    pieces = []
+    for vector, module in ((params.encoder, model.encoder), (params.head, model.head)):
+        start = 0
+        for parameter in module.parameters():
+            pieces.append(torch.from_numpy(vector[start : start + parameter.numel()].copy()).reshape(parameter.shape))
+            start += parameter.numel()
+        assert start == vector.size  # no buffers: the flat vector is the parameters in order
+    return pieces
+
+
+def _random_like(params: ModelParams, rng: np.random.Generator, scale: float) -> ModelParams:
+    return ModelParams(*(scale * rng.standard_normal(v.size).astype(np.float32) for v in (params.encoder, params.head)))
+
+
+def test_paired_scaffold_step_and_control_update_are_our_local_update_bit_for_bit() -> None:
+    """Our SCAFFOLD client (scaffold.py: the LinearTerm on train_locally, then option II with
+    K = the steps taken) against the adapter's corrected step on our batches and its control
+    update with PFLlib's count num_batches x epochs (23 samples in batches of 4: 6 steps an
+    epoch, the last one short)."""
+    side = _module("pfllib_side")
+    ours = _split_model(seed=11)
+    start = _flat(ours)
+    rng = np.random.default_rng(4)
+    server, own = _random_like(start, rng, 0.3), _random_like(start, rng, 0.2)
+    inputs, labels = torch.randn(23, 7), torch.arange(23) % 3
+    seed, client_id, round_index, batch, epochs, lr = 42, 2, 3, 4, 2, 0.5
+    ctx = SimpleNamespace(model=ours, encoder_index=FlatIndex.of(ours.encoder), head_index=FlatIndex.of(ours.head))
+    stats = train_locally(
+        ours, inputs, labels, epochs=epochs, batch_size=batch,
+        optimizer_config=OptimizerConfig(name="sgd", lr=lr, momentum=0.0, weight_decay=0.0),
+        generator=client_generator(seed, client_id, round_index), regulariser=linear_correction(ctx, difference(server, own)),
+    )
+    trained = _flat(ours)
+    scale = momentum_step_count(stats.steps, 0.0) * lr  # as Scaffold.local_update
+    new_own = updated_control(own, server, start, trained, parameter_masks(ctx), scale)
+
+    theirs_parts = _split_model(seed=11)
+    theirs = side.EncoderWithHead(theirs_parts.encoder, theirs_parts.head)
+    c, c_k = _pieces(server, theirs_parts), _pieces(own, theirs_parts)
+    x = [p.detach().clone() for p in theirs.parameters()]
+    loader = side.PairedBatches(inputs, labels, batch, side.RoundPermutations(23, side.our_batch_generator(seed, client_id, round_index)))
+    for _epoch in range(epochs):  # clientSCAFFOLD.train's loop
+        for xb, yb in loader:
+            loss = nn.CrossEntropyLoss()(theirs(xb), yb)
+            for p in theirs.parameters():
+                p.grad = None
+            loss.backward()
+            side.scaffold_corrected_step(list(theirs.parameters()), c, c_k, lr)
+    assert len(loader) * epochs == stats.steps == 12
+    np.testing.assert_array_equal(flatten_module(theirs), np.concatenate([trained.encoder, trained.head]))
+    updated = side.scaffold_control_update(c_k, c, x, list(theirs.parameters()), len(loader) * epochs, lr)
+    np.testing.assert_array_equal(torch.cat([u.reshape(-1) for u in updated]).numpy(), np.concatenate([new_own.encoder, new_own.head]))
+    delta = difference(new_own, own)  # what our client uploads as Delta c
+    np.testing.assert_array_equal(torch.cat([(u - o).reshape(-1) for u, o in zip(updated, c_k)]).numpy(),
+                                  np.concatenate([delta.encoder, delta.head]))
+
+
+@pytest.mark.parametrize(("server_lr", "uploading"), [(1.0, 5), (0.5, 5), (1.0, 3)])
+def test_paired_scaffold_average_is_our_server_bit_for_bit(server_lr: float, uploading: int) -> None:
+    side = _module("pfllib_side")
+    model = _split_model(seed=2)
+    x = _flat(model)
+    rng = np.random.default_rng(9)
+    method = Scaffold(ScaffoldParams(server_lr=server_lr))
+    state = method.init_server(x, [], num_clients=5)
+    state.control = _random_like(x, rng, 0.1)
+    control = _pieces(state.control, model)
+    ids = [4, 0, 3, 1, 2][:uploading]  # in PFLlib's (random) upload order
+    ys = {k: _random_like(x, rng, 1.0) for k in ids}
+    deltas = {k: _random_like(x, rng, 0.05) for k in ids}
+    uploads = [SimpleNamespace(client_id=k, num_samples=72, models={"model": ys[k], CONTROL: deltas[k]}) for k in ids]
+    method.aggregate(state, 2, uploads)  # type: ignore[arg-type]
+    new_model, new_control = side.scaffold_average(
+        _pieces(x, model), control, [(k, _pieces(ys[k], model), _pieces(deltas[k], model)) for k in ids], 5, server_lr
+    )
+    for got, expected in ((new_model, state.model), (new_control, state.control)):
+        np.testing.assert_array_equal(torch.cat([t.reshape(-1) for t in got]).numpy(), np.concatenate([expected.encoder, expected.head]))
+
+
 def test_paired_rows_count_identical_clients_and_the_largest_difference() -> None:
     run = _module("run")
     ours = {1: [0.5, 0.25], 2: [0.75, 0.5]}
@@ -129,7 +226,7 @@ def test_each_pair_gets_its_own_export_when_it_has_settings_of_its_own(tmp_path:
     assert run.export_root(tmp_path, 42, "ditto") != run.export_root(tmp_path, 42, "fedavg")
     # --set comes last, so it wins over a pair's own setting
     assert run.method_overrides("fedprox", ["algorithm.fedprox.mu=0.5"])[-1] == "algorithm.fedprox.mu=0.5"
-    for method in ("fedprox", "ditto"):  # PFLlib's proximal optimizer has no momentum and no weight decay
+    for method in ("fedprox", "ditto", "scaffold"):  # PFLlib's proximal and SCAFFOLD optimizers: no momentum, no weight decay
         assert {"protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"} <= set(run.METHOD_SETTINGS[method])
 
 

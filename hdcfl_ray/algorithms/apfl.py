@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import Field
 
 from hdcfl_ray.algorithms.fedavg import FedAvg
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, Section, Upload
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, Section, ServerOptimizerConfig, Upload
 
 # numpy_rng stream of APFL's batch order (kept apart from other client-side draws)
 BATCH_ORDER_STREAM = 0xA9F1
@@ -80,7 +80,8 @@ def sgd_step(parameters: Mapping[str, Any], grads: Any, buffers: dict[str, Any],
 class APFL(FedAvg):
     name = "apfl"
 
-    def __init__(self, params: APFLParams) -> None:
+    def __init__(self, params: APFLParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+        super().__init__(server_optimizer)
         self.params = params
 
     def init_client(self, client_id: int, initial: ModelParams) -> APFLClient:
@@ -169,5 +170,6 @@ METHOD = MethodSpec(
     name="apfl",
     summary="APFL: FedAvg's global model mixed per client with a personal model by a learned weight alpha",
     params=APFLParams,
-    build=lambda params, _run: APFL(params),
+    build=lambda params, run: APFL(params, run.server_optimizer),
+    applies_server_optimizer=True,
 )

@@ -2,13 +2,17 @@
 
 FedAsync mixes each update as it lands, down-weighted by its staleness;
 FedBuff averages B buffered deltas (each relative to the version its client
-started from), scaled by their staleness weights, and takes one server step."""
+started from), scaled by their staleness weights, and takes one server step:
+x + server_lr x that mean, or protocol.server_optimizer's step on it."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
+
+from hdcfl_ray.contract import ServerOptimizerConfig
+from hdcfl_ray.maths.server_optimizer import Moments, step_by_delta
 
 
 def staleness_weight(staleness: int, exponent: float) -> float:
@@ -36,7 +40,34 @@ def fedbuff_step(
     """x <- x + lr * mean_i s(tau_i) (x_i - base_i)."""
     if not updates:
         return shared
+    step = _weighted_delta_sum(shared, updates, bases, stalenesses, exponent)
+    return (shared.astype(np.float64) + server_lr * step / len(updates)).astype(np.float32)
+
+
+def fedbuff_optimised_step(
+    shared: np.ndarray,
+    updates: Sequence[np.ndarray],
+    bases: Sequence[np.ndarray],
+    stalenesses: Sequence[int],
+    exponent: float,
+    server_lr: float,
+    optimizer: ServerOptimizerConfig,
+    moments: Moments,
+) -> tuple[np.ndarray, Moments]:
+    """FedBuff's step with a server optimiser: its pseudo-gradient is the buffer's
+    server_lr * mean_i s(tau_i) (x_i - base_i); the default optimiser gives
+    `fedbuff_step` bit for bit. Returns the new vector and the optimiser's moments."""
+    if optimizer.is_identity or not updates:
+        return fedbuff_step(shared, updates, bases, stalenesses, exponent, server_lr), moments
+    delta = server_lr * _weighted_delta_sum(shared, updates, bases, stalenesses, exponent) / len(updates)
+    return step_by_delta(optimizer, moments, shared, delta)
+
+
+def _weighted_delta_sum(
+    shared: np.ndarray, updates: Sequence[np.ndarray], bases: Sequence[np.ndarray], stalenesses: Sequence[int], exponent: float
+) -> np.ndarray:
+    """sum_i s(tau_i) (x_i - base_i), float64."""
     step = np.zeros(shared.shape, dtype=np.float64)
     for update, base, staleness in zip(updates, bases, stalenesses):
         step += staleness_weight(staleness, exponent) * (update.astype(np.float64) - base.astype(np.float64))
-    return (shared.astype(np.float64) + server_lr * step / len(updates)).astype(np.float32)
+    return step

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, RoundNotes, never_probes
+from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, RoundNotes, ServerOptimizerConfig, never_probes
 
 
 @dataclass
@@ -21,6 +21,9 @@ class PrivateHead:
 class AlgorithmDefaults:
     name = "base"
     independent_inits = 0
+    # the step aggregate takes from the clients' mean (RunInfo.server_optimizer); a subclass
+    # built without one (a plugin's own __init__) keeps the default, the mean itself
+    server_optimizer = ServerOptimizerConfig()
 
     def select(self, state: Any, round_index: int, sampled: list[int], online: list[int]) -> list[int]:
         return sampled

@@ -55,6 +55,7 @@ from hdcfl_ray.contract import (
     ModelParams,
     RoundNotes,
     Section,
+    ServerOptimizerConfig,
     Upload,
 )
 
@@ -154,7 +155,8 @@ def choose_candidate(lambdas: Sequence[float], validation: Sequence[EvalStats]) 
 class Ditto(FedAvg):
     name = "ditto"
 
-    def __init__(self, params: DittoParams) -> None:
+    def __init__(self, params: DittoParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+        super().__init__(server_optimizer)
         self.params = params
 
     def init_client(self, client_id: int, initial: ModelParams) -> DittoClient:
@@ -265,5 +267,6 @@ METHOD = MethodSpec(
     name="ditto",
     summary="Ditto: FedAvg's global model plus a personal model per client, pulled towards the global one",
     params=DittoParams,
-    build=lambda params, _run: Ditto(params),
+    build=lambda params, run: Ditto(params, run.server_optimizer),
+    applies_server_optimizer=True,
 )

@@ -21,13 +21,14 @@ and, once it exists, "local" (theta_i) are logged beside it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 from pydantic import Field
 
 from hdcfl_ray.maths.aggregate import weighted_average_model
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.fedala_weights import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
@@ -54,6 +55,7 @@ class ALAClientState:
 @dataclass
 class FedALAServerState:
     model: ModelParams
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
 
 
 class FedALA(AlgorithmDefaults):
@@ -61,6 +63,7 @@ class FedALA(AlgorithmDefaults):
 
     def __init__(self, params: FedALAParams, run: RunInfo) -> None:
         self.params = params
+        self.server_optimizer = run.server_optimizer
 
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedALAServerState:
@@ -85,7 +88,8 @@ class FedALA(AlgorithmDefaults):
             return RoundNotes(events=tuple(events))
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
         weights = [u.num_samples for u in ordered]
-        state.model = weighted_average_model(ordered, lambda u: u.models["model"], weights)
+        averaged = weighted_average_model(ordered, lambda u: u.models["model"], weights)
+        state.model = server_step(self.server_optimizer, state.server_moments, "global", state.model, averaged)
         # The start phase can stall; the epoch counts show how often it hit its cap.
         epochs = ", ".join(f"{u.client_id}:{int(u.values.get('ala_epochs', 0))}" for u in ordered)
         events.append(f"fedala: ALA weight-learning epochs per participant (client:epochs) {epochs}")
@@ -137,4 +141,5 @@ METHOD = MethodSpec(
     summary="FedALA: each client blends the global model into its local one with learned weights",
     params=FedALAParams,
     build=lambda params, run: FedALA(params, run),
+    applies_server_optimizer=True,
 )

@@ -4,23 +4,28 @@ A reference row: every client is scored with the same global model."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
 from hdcfl_ray.maths.aggregate import weighted_average_model
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, ServerOptimizerConfig, Upload
 
 
 @dataclass
 class GlobalModelState:
     model: ModelParams
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
 
 
 class FedAvg(AlgorithmDefaults):
     name = "fedavg"
+
+    def __init__(self, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+        self.server_optimizer = server_optimizer
 
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> GlobalModelState:
         return GlobalModelState(model=initial)
@@ -38,7 +43,8 @@ class FedAvg(AlgorithmDefaults):
         if uploads:
             ordered = sorted(uploads, key=lambda upload: upload.client_id)
             weights = [u.num_samples for u in ordered]
-            state.model = weighted_average_model(ordered, lambda u: u.models["model"], weights)
+            averaged = weighted_average_model(ordered, lambda u: u.models["model"], weights)
+            state.model = server_step(self.server_optimizer, state.server_moments, "global", state.model, averaged)
         return RoundNotes()
 
     # ---- asynchronous mode: encoder and head mixed as one vector ----
@@ -74,6 +80,7 @@ class FedAvg(AlgorithmDefaults):
 METHOD = MethodSpec(
     name="fedavg",
     summary="FedAvg: one global model (encoder and head) for every client",
-    build=lambda _params, _run: FedAvg(),
+    build=lambda _params, run: FedAvg(run.server_optimizer),
+    applies_server_optimizer=True,
     asynchronous=True,
 )

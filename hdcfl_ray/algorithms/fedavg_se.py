@@ -14,8 +14,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, ServerOptimizerConfig, Upload
 from hdcfl_ray.algorithms.shared_encoder_scores import shared_encoder_scores
 from hdcfl_ray.hdcfl.encoder_store import CachePrecision, CacheStorage, DiskEncoderStore, resolve_storage
 
@@ -37,14 +38,20 @@ class CachedClient:
 class SharedEncoderState:
     global_encoder: np.ndarray
     cache: dict[int, CachedClient] = field(default_factory=dict)
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
 
 
 class FedAvgSE(AlgorithmDefaults):
     name = "fedavg_se"
 
     def __init__(
-        self, cache: CacheStorage = "memory", cache_precision: CachePrecision = "float16", cache_dir: str | None = None
+        self,
+        cache: CacheStorage = "memory",
+        cache_precision: CachePrecision = "float16",
+        cache_dir: str | None = None,
+        server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
     ) -> None:
+        self.server_optimizer = server_optimizer
         self.cache_storage = cache
         self.cache_precision = cache_precision
         self.cache_dir = cache_dir
@@ -85,7 +92,8 @@ class FedAvgSE(AlgorithmDefaults):
         if not uploads:
             return RoundNotes()
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
-        state.global_encoder = weighted_average(LazyColumn(ordered, lambda u: u.models["encoder"]), [u.num_samples for u in ordered])
+        averaged = weighted_average(LazyColumn(ordered, lambda u: u.models["encoder"]), [u.num_samples for u in ordered])
+        state.global_encoder = server_step(self.server_optimizer, state.server_moments, "global/encoder", state.global_encoder, averaged)
         for upload in ordered:
             self.async_record(state, round_index, upload)
         return RoundNotes()
@@ -149,6 +157,7 @@ class FedAvgSE(AlgorithmDefaults):
 METHOD = MethodSpec(
     name="fedavg_se",
     summary="FedAvg-SE: a shared encoder is averaged, every client keeps a private head",
-    build=lambda _params, _run: FedAvgSE(),
+    build=lambda _params, run: FedAvgSE(server_optimizer=run.server_optimizer),
+    applies_server_optimizer=True,
     asynchronous=True,
 )

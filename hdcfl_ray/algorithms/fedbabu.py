@@ -19,13 +19,14 @@ changes client state: the fine-tuned model exists for scoring only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 from pydantic import Field
 
 from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, OptimizerConfig, RoundNotes, RunInfo, Section, Upload
 
@@ -43,6 +44,7 @@ class FedBABUParams(Section):
 class FedBABUState:
     global_encoder: np.ndarray
     head: np.ndarray  # h_0: fixed for the whole run, the same for every client
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
 
 
 def finetune_optimizer(params: FedBABUParams) -> OptimizerConfig:
@@ -58,6 +60,7 @@ class FedBABU(AlgorithmDefaults):
     def __init__(self, params: FedBABUParams, run: RunInfo) -> None:
         self.params = params
         self.finetune_optimizer = finetune_optimizer(params)
+        self.server_optimizer = run.server_optimizer
 
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedBABUState:
@@ -81,7 +84,8 @@ class FedBABU(AlgorithmDefaults):
         if not uploads:
             return RoundNotes(events=events)
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
-        state.global_encoder = weighted_average(LazyColumn(ordered, lambda u: u.models["encoder"]), [u.num_samples for u in ordered])
+        averaged = weighted_average(LazyColumn(ordered, lambda u: u.models["encoder"]), [u.num_samples for u in ordered])
+        state.global_encoder = server_step(self.server_optimizer, state.server_moments, "global/encoder", state.global_encoder, averaged)
         return RoundNotes(events=events)
 
     def evaluation_task(self, state: FedBABUState, round_index: int, client_id: int, final: bool) -> ClientTask:
@@ -123,4 +127,5 @@ METHOD = MethodSpec(
     summary="FedBABU: the body is federated with a frozen random head, then fine-tuned per client",
     params=FedBABUParams,
     build=lambda params, run: FedBABU(params, run),
+    applies_server_optimizer=True,
 )

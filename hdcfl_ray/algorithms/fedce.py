@@ -63,7 +63,7 @@ included. Measurements and the designs this one replaced: docs/baselines.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
@@ -72,6 +72,7 @@ from pydantic import Field
 from hdcfl_ray.maths.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
 
@@ -203,6 +204,7 @@ def aggregate_components(components: list[ModelParams], uploads: list[Upload]) -
 @dataclass
 class FedCEState:
     components: list[ModelParams]
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per component
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,7 @@ class FedCE(AlgorithmDefaults):
 
     def __init__(self, params: FedCEParams, run: RunInfo) -> None:
         self.params = params
+        self.server_optimizer = run.server_optimizer
         self.count = params.clusters
         # component 0 is the shared initial model; the others need their own seeds
         self.independent_inits = params.clusters - 1
@@ -236,7 +239,9 @@ class FedCE(AlgorithmDefaults):
 
     def aggregate(self, state: FedCEState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         ordered = sorted(uploads, key=lambda u: u.client_id)
-        state.components, masses = aggregate_components(state.components, ordered)
+        averaged, masses = aggregate_components(state.components, ordered)
+        trained = {s for s, mass in enumerate(masses) if mass > 0.0}  # aggregate_components leaves the others unchanged
+        state.components = server_step_clusters(self.server_optimizer, state.server_moments, state.components, averaged, trained)
         events = []
         if round_index == 1:
             events += [
@@ -325,6 +330,7 @@ METHOD = MethodSpec(
     summary="FedCE: a soft EM mixture of S component models per client, ensembled at test time",
     params=FedCEParams,
     build=lambda params, run: FedCE(params, run),
+    applies_server_optimizer=True,
     extra_models="clusters",
     # as docs/calibration.md chose them by hand: S first (at T = 4), then T at the chosen S
     auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True, beyond=doubled_count), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),

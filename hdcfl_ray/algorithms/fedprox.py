@@ -25,7 +25,7 @@ from pydantic import Field
 
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
-from hdcfl_ray.contract import AutoKnob, tenfold, ClientContext, ClientTask, MethodSpec, Section, Upload
+from hdcfl_ray.contract import AutoKnob, tenfold, ClientContext, ClientTask, MethodSpec, Section, ServerOptimizerConfig, Upload
 
 
 class FedProxParams(Section):
@@ -43,7 +43,8 @@ class FedProxParams(Section):
 class FedProx(FedAvg):
     name = "fedprox"
 
-    def __init__(self, params: FedProxParams) -> None:
+    def __init__(self, params: FedProxParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+        super().__init__(server_optimizer)
         self.params = params
 
     def local_update(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
@@ -62,6 +63,7 @@ METHOD = MethodSpec(
     name="fedprox",
     summary="FedProx: FedAvg with a proximal pull of each local update towards the downloaded global model",
     params=FedProxParams,
-    build=lambda params, _run: FedProx(params),
+    build=lambda params, run: FedProx(params, run.server_optimizer),
+    applies_server_optimizer=True,
     auto_knobs=(AutoKnob("mu", (0.001, 0.01, 0.1, 1.0), beyond=tenfold),),
 )

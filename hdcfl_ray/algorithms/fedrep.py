@@ -47,7 +47,7 @@ class FedRep(FedAvgSE):
     name = "fedrep"
 
     def __init__(self, params: FedRepParams, run: RunInfo) -> None:
-        super().__init__()
+        super().__init__(server_optimizer=run.server_optimizer)
         self.params = params
 
     def local_update(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, PrivateHead]:
@@ -75,5 +75,6 @@ METHOD = MethodSpec(
     summary="FedRep: a shared encoder is averaged; each client trains its private head first, then the encoder",
     params=FedRepParams,
     build=lambda params, run: FedRep(params, run),
+    applies_server_optimizer=True,
     asynchronous=True,
 )

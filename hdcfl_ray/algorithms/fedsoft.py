@@ -42,7 +42,7 @@ Choices made here, each documented where it acts:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
@@ -51,6 +51,7 @@ from pydantic import Field
 from hdcfl_ray import seeding
 from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
@@ -102,6 +103,7 @@ class FedSoftState:
     # w_k, every client's latest personal model (the shared initial model before its first upload),
     # kept when `weighted`: K full models on the server. None in selection mode.
     clients: list[ModelParams] | None = None
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per centre
 
 
 @dataclass
@@ -117,6 +119,7 @@ class FedSoft(AlgorithmDefaults):
     def __init__(self, params: FedSoftParams, run: RunInfo) -> None:
         self.params = params
         self.seed = run.seed
+        self.server_optimizer = run.server_optimizer
         self.independent_inits = params.centers
 
     def is_importance_round(self, round_index: int) -> bool:
@@ -211,11 +214,15 @@ class FedSoft(AlgorithmDefaults):
         for client_id in sorted(by_client):
             state.clients[client_id] = kept_copy(by_client[client_id].models["model"])
         events = []
+        means, reached = list(state.centres), set()
         for s, centre in enumerate(soft_centres(state.weights, state.clients)):
             if centre is None:
                 events.append(f"fedsoft: centre {s} has no client with positive weight; unchanged")
                 continue
-            state.centres[s] = centre
+            means[s] = centre
+            if any(state.weights[s, k] > 0 for k in by_client):  # an upload of this round entered it
+                reached.add(s)
+        state.centres = server_step_clusters(self.server_optimizer, state.server_moments, state.centres, means, reached)
         return RoundNotes(events=tuple(events))
 
     def _aggregate_selected(self, state: FedSoftState, by_client: Mapping[int, Upload]) -> RoundNotes:
@@ -223,13 +230,16 @@ class FedSoft(AlgorithmDefaults):
         drawn for it (importance already entered through the draw)."""
         assert state.selections is not None
         events = []
+        means, reached = list(state.centres), set()
         for s in range(self.params.centers):
             members = [int(k) for k in state.selections[s] if int(k) in by_client]
             events.append(f"fedsoft: centre {s} selected {state.selections[s].tolist()}, averaged {len(members)}")
             if not members:
                 events.append(f"fedsoft: centre {s} has no contributing upload this round; unchanged")
                 continue
-            state.centres[s] = weighted_average_model(members, lambda k: by_client[k].models["model"], [1.0] * len(members))
+            means[s] = weighted_average_model(members, lambda k: by_client[k].models["model"], [1.0] * len(members))
+            reached.add(s)
+        state.centres = server_step_clusters(self.server_optimizer, state.server_moments, state.centres, means, reached)
         return RoundNotes(events=tuple(events))
 
     def evaluation_task(self, state: FedSoftState, round_index: int, client_id: int, final: bool) -> ClientTask:
@@ -277,6 +287,7 @@ METHOD = MethodSpec(
     summary="FedSoft: S soft cluster centres and a proximal pull of each personal model towards them",
     params=FedSoftParams,
     build=lambda params, run: FedSoft(params, run),
+    applies_server_optimizer=True,
     extra_models="centers",
     # as docs/calibration.md chose them by hand: lambda first (at 3 centres), then the centres at the chosen lambda
     auto_knobs=(

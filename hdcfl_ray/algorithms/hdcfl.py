@@ -17,7 +17,7 @@ from pydantic import Field
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
-from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, Upload, doubled_count
+from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, ServerOptimizerConfig, Upload, doubled_count
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 
 
@@ -72,8 +72,10 @@ class HDCFLState(SharedEncoderState):
 class HDCFL(FedAvgSE):
     name = "hdcfl"
 
-    def __init__(self, params: HDCFLParams, rounds: int, seed: int) -> None:
-        super().__init__(cache=params.cache, cache_precision=params.cache_precision, cache_dir=params.cache_dir)
+    def __init__(self, params: HDCFLParams, rounds: int, seed: int, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+        super().__init__(
+            cache=params.cache, cache_precision=params.cache_precision, cache_dir=params.cache_dir, server_optimizer=server_optimizer
+        )
         self.params = params
         self.rounds = rounds
         self.seed = seed
@@ -176,7 +178,8 @@ METHOD = MethodSpec(
     name="hdcfl",
     summary="HDC-FL: groups read off the private heads, each client scored with a soft mixture of encoder prototypes",
     params=HDCFLParams,
-    build=lambda params, run: HDCFL(params, rounds=run.rounds, seed=run.seed),
+    build=lambda params, run: HDCFL(params, rounds=run.rounds, seed=run.seed, server_optimizer=run.server_optimizer),
+    applies_server_optimizer=True,
     asynchronous=True,
     check=_check,
     # G changes what the server makes of the heads at a refresh, never what a client trains

@@ -35,6 +35,7 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
 
@@ -75,6 +76,7 @@ def cluster_losses(ctx: ClientContext, models: Sequence[ModelParams], subset: np
 class IFCAState:
     models: list[ModelParams]
     empty_since: dict[int, int] = field(default_factory=dict)  # cluster -> first round of its current empty run
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per cluster
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class IFCA(AlgorithmDefaults):
     def __init__(self, params: IFCAParams, run: RunInfo) -> None:
         self.params = params
         self.seed = run.seed
+        self.server_optimizer = run.server_optimizer
         self.clusters = params.clusters
         self.independent_inits = params.clusters
         self.names = cluster_object_names(params.clusters)
@@ -111,7 +114,9 @@ class IFCA(AlgorithmDefaults):
         if round_index == 1:
             events.append(f"IFCA: {self.clusters} cluster models from {self.clusters} independent initialisations")
         members = members_from_uploads(uploads, lambda upload: int(upload.values["cluster"]))
-        state.models = average_within_clusters(state.models, members)
+        averaged = average_within_clusters(state.models, members)
+        trained = {member.cluster for member in members}
+        state.models = server_step_clusters(self.server_optimizer, state.server_moments, state.models, averaged, trained)
         sizes = cluster_sizes([member.cluster for member in members], self.clusters)
         events.append(f"IFCA round {round_index}: cluster sizes {sizes}")
         events += self._track_empty(state, round_index, sizes)
@@ -158,6 +163,7 @@ METHOD = MethodSpec(
     summary="IFCA: S cluster models, each client trains the one with the lowest loss",
     params=IFCAParams,
     build=lambda params, run: IFCA(params, run),
+    applies_server_optimizer=True,
     extra_models="clusters",
     auto_knobs=(AutoKnob("clusters", (2, 4, 10), counts_models=True, beyond=doubled_count),),
 )

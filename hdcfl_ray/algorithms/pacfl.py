@@ -19,7 +19,7 @@ subspaces, then FedAvg inside each cluster (docs/baselines.md, PACFL).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
@@ -35,6 +35,7 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.algorithms.pacfl_subspaces import (
     SCIPY_LINKAGE,
     agglomerative_clusters,
@@ -91,6 +92,7 @@ class PACFLState:
     models: list[ModelParams]  # one per cluster; empty until the clustering round
     labels: dict[int, int] | None = None  # client -> cluster, fixed once set
     proximity: np.ndarray | None = None  # radians, client order
+    server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per cluster
 
 
 class PACFL(AlgorithmDefaults):
@@ -98,6 +100,7 @@ class PACFL(AlgorithmDefaults):
 
     def __init__(self, params: PACFLParams, run: RunInfo) -> None:
         self.params = params
+        self.server_optimizer = run.server_optimizer
         self.threshold_radians = threshold_in_radians(params.threshold, params.threshold_unit)
         if params.linkage not in SCIPY_LINKAGE:
             raise ValueError(f"algorithm.pacfl.linkage: {params.linkage!r} is not supported (choose {', '.join(SCIPY_LINKAGE)})")
@@ -166,7 +169,9 @@ class PACFL(AlgorithmDefaults):
     def aggregate(self, state: PACFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         labels = self._labels(state)
         members = members_from_uploads(uploads, lambda upload: labels[upload.client_id])
-        state.models = average_within_clusters(state.models, members)
+        averaged = average_within_clusters(state.models, members)
+        trained = {member.cluster for member in members}
+        state.models = server_step_clusters(self.server_optimizer, state.server_moments, state.models, averaged, trained)
         sizes = cluster_sizes([member.cluster for member in members], len(state.models))
         return RoundNotes(events=(f"PACFL round {round_index}: participants per cluster {sizes}",))
 
@@ -207,5 +212,6 @@ METHOD = MethodSpec(
     summary="PACFL: one-shot clustering on the angles between the clients' data subspaces",
     params=PACFLParams,
     build=lambda params, run: PACFL(params, run),
+    applies_server_optimizer=True,
     auto_knobs=(AutoKnob("threshold", auto_thresholds, same_run_key=clustering_of),),
 )

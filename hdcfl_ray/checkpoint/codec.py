@@ -103,11 +103,20 @@ class Decoder:
         if cls is None or not dataclasses.is_dataclass(cls):
             raise CheckpointFormatError(f"refusing to build {name!r}: not a dataclass of this package")
         instance = object.__new__(cls)
-        known = {field.name for field in dataclasses.fields(cls)}
+        known = {field.name: field for field in dataclasses.fields(cls)}
         for field_name, encoded in fields.items():
             if field_name not in known:
                 raise CheckpointFormatError(f"{name} has no field {field_name!r}")
             object.__setattr__(instance, field_name, self.decode(encoded))
+        # a field added to the class after the checkpoint was written takes its default
+        # (a server state's optimiser moments)
+        for field_name, field in known.items():
+            if field_name in fields:
+                continue
+            if field.default is not dataclasses.MISSING:
+                object.__setattr__(instance, field_name, field.default)
+            elif field.default_factory is not dataclasses.MISSING:
+                object.__setattr__(instance, field_name, field.default_factory())
         return instance
 
 

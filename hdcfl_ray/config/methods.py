@@ -15,4 +15,9 @@ def build_algorithm(scenario: Scenario) -> Method:
 
 def run_info(scenario: Scenario) -> RunInfo:
     """What a method may know about the run of `scenario` when it is built."""
-    return RunInfo(seed=scenario.seed, rounds=scenario.protocol.rounds)
+    return RunInfo(
+        seed=scenario.seed,
+        rounds=scenario.protocol.rounds,
+        server_optimizer=scenario.protocol.server_optimizer,
+        client_optimizer=scenario.protocol.optimizer,
+    )

@@ -12,7 +12,8 @@ from typing import Any, Callable, ClassVar, Literal
 from pydantic import ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from hdcfl_ray.algorithms.registry import builtin_method_specs, method_specs
-from hdcfl_ray.contract import NoParams, OptimizerConfig, RunInfo, Section
+from hdcfl_ray.config.server_optimizer_checks import server_optimizer_problem
+from hdcfl_ray.contract import NoParams, OptimizerConfig, RunInfo, Section, ServerOptimizerConfig
 
 
 def _names(kind: str) -> dict[str, Any]:
@@ -441,6 +442,11 @@ class ProtocolConfig(Section):
     local_epochs: int = Field(1, ge=1, description="local epochs per client update")
     batch_size: int = Field(32, ge=1, description="local training batch size")
     optimizer: OptimizerConfig = Field(OptimizerConfig(), description="the clients' local optimiser")
+    server_optimizer: ServerOptimizerConfig = Field(
+        ServerOptimizerConfig(),
+        description="the server's step on each shared model (global model or encoder, each cluster model) from the "
+        "clients' mean; the default takes the mean itself",
+    )
     eval_every: int = Field(
         1, ge=1, description="evaluate every client every N rounds (and at the last round and each refresh)"
     )
@@ -680,10 +686,28 @@ class Scenario(Section):
                 "Use bf16 or auto on CPU, or give each host a GPU share"
             )
         spec = method_specs()[self.algorithm.name]
+        protocol = self.protocol
+        problem = server_optimizer_problem(
+            protocol.server_optimizer,
+            protocol.mode,
+            protocol.asynchronous.aggregation,
+            protocol.asynchronous.server_lr,
+            spec.name,
+            spec.applies_server_optimizer,
+        )
+        if problem is not None:
+            raise ValueError(problem)
         if spec.check is not None:
-            problem = spec.check(method_params(self.algorithm), RunInfo(seed=self.seed, rounds=self.protocol.rounds))
+            run = RunInfo(
+                seed=self.seed,
+                rounds=self.protocol.rounds,
+                server_optimizer=self.protocol.server_optimizer,
+                client_optimizer=self.protocol.optimizer,
+            )
+            problem = spec.check(method_params(self.algorithm), run)
             if problem is not None:
-                raise ValueError(f"algorithm.{spec.name}.{problem}")
+                # a key of the method's section, or a whole key of another section (protocol.optimizer.name)
+                raise ValueError(problem if problem.startswith("protocol.") else f"algorithm.{spec.name}.{problem}")
         return self
 
     def clients_per_round(self) -> int:

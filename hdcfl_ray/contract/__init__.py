@@ -9,8 +9,9 @@ Ray nor torch. A method imports what it needs from here:
 from hdcfl_ray.contract.context import ClientContext, ModelParts, TrainingSettings
 from hdcfl_ray.contract.method import ASYNC_HOOKS, AUTO, AsyncHooks, AutoKnob, ExportHooks, Method, MethodSpec, NoParams, RunInfo, asks_for_probes, doubled_count, never_probes, tenfold
 from hdcfl_ray.contract.optimizer import OptimizerConfig
-from hdcfl_ray.contract.regularisers import ProximalPull
+from hdcfl_ray.contract.regularisers import BatchableRegulariser, LinearTerm, ProximalPull
 from hdcfl_ray.contract.section import Section
+from hdcfl_ray.contract.server_optimizer import ServerOptimizerConfig
 from hdcfl_ray.contract.values import (
     ClientTask,
     EvalResult,
@@ -33,12 +34,14 @@ __all__ = [
     "asks_for_probes",
     "never_probes",
     "AsyncHooks",
+    "BatchableRegulariser",
     "ClientContext",
     "ClientTask",
     "EvalResult",
     "EvalStats",
     "ExportHooks",
     "GroupingSummary",
+    "LinearTerm",
     "Method",
     "MethodSpec",
     "ModelParams",
@@ -50,6 +53,7 @@ __all__ = [
     "RoundNotes",
     "RunInfo",
     "Section",
+    "ServerOptimizerConfig",
     "TrainingBudget",
     "TrainStats",
     "TrainingSettings",

@@ -27,7 +27,9 @@ from typing import Any, Callable, Generic, Mapping, Protocol, TypeVar
 import numpy as np
 
 from hdcfl_ray.contract.context import ClientContext
+from hdcfl_ray.contract.optimizer import OptimizerConfig
 from hdcfl_ray.contract.section import Section
+from hdcfl_ray.contract.server_optimizer import ServerOptimizerConfig
 from hdcfl_ray.contract.values import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
 
 
@@ -116,6 +118,12 @@ class RunInfo:
 
     seed: int
     rounds: int
+    # the step a synchronous round's aggregate takes on each shared model (the default:
+    # the clients' mean itself); a method applies it with maths.server_optimizer.server_step
+    server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()
+    # the clients' optimiser (protocol.optimizer): a method whose rule depends on it (a
+    # local step count, SGD only) refuses another one when it is built
+    client_optimizer: OptimizerConfig = OptimizerConfig()
 
 
 class NoParams(Section):
@@ -187,7 +195,8 @@ class MethodSpec(Generic[ParamsT]):
     build: Callable[[ParamsT, RunInfo], Method]
     params: type[ParamsT] = NoParams  # type: ignore[assignment]
     asynchronous: bool = False  # runs in protocol.mode: async (the method implements AsyncHooks)
-    # what is wrong with the parameters for this run ("key: why"), or None; checked when the scenario loads
+    # what is wrong with the parameters for this run ("key: why", the key inside the method's
+    # section, or a whole `protocol.` key), or None; checked when the scenario loads
     check: Callable[[ParamsT, RunInfo], str | None] | None = None
     # the parameter that counts the full models the method keeps besides the shared one
     # (cluster models, centres): the memory check counts them before the method is built
@@ -198,6 +207,10 @@ class MethodSpec(Generic[ParamsT]):
     # the section of a shortened run of `rounds` rounds (an auto knob's candidate): a method
     # whose schedule counts rounds (a first refresh round) keeps it inside them
     shortened: Callable[[ParamsT, int], ParamsT] | None = None
+    # the method steps its shared models with RunInfo.server_optimizer (maths.server_optimizer):
+    # a scenario that sets any optimiser but the default for a method that does not (one that
+    # shares nothing, or a plugin written without it) is refused, never silently ignored
+    applies_server_optimizer: bool = False
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":

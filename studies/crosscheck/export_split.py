@@ -123,6 +123,7 @@ def reference_settings(prepared: Any) -> dict[str, Any]:
         "fedrep": {"head_epochs": fedrep.head_epochs, "body_epochs": resolved_epochs(fedrep.body_epochs, protocol)},
         "apfl": {"alpha_init": apfl.alpha_init, "alpha_lr": apfl.alpha_lr, "adaptive": apfl.adaptive},
         "ifca": {"clusters": ifca.clusters, "assignment_samples": ifca.assignment_samples},
+        "scaffold": {"server_lr": algorithm.scaffold.server_lr},
         "train_samples": [int(len(c.train_indices)) for c in prepared.partition.clients],
         "layouts": tensor_layouts(prepared),
     }

@@ -43,7 +43,10 @@ so that both sides run the same experiment:
   per update; alpha starts at `algorithm.apfl.alpha_init` (PFLlib's `-al`); its
   update is PFLlib's own (step size = the learning rate);
 * Ditto is scored with its personal models (PFLlib's `evaluate_personalized`), the
-  global model is recorded beside it.
+  global model is recorded beside it;
+* SCAFFOLD keeps PFLlib's own SCAFFOLDOptimizer (a plain SGD step on grad + c - c_k), so
+  the scenario must set momentum 0 and weight decay 0 for it too; its server step size
+  (`-slr`) is `algorithm.scaffold.server_lr`.
 
 Left as the reference does it (the differences docs/cross-check.md discusses):
 training batches drop the last incomplete batch (`drop_last=True`), FedALA's
@@ -67,6 +70,13 @@ The permutations follow our order of phases: Ditto's personal training reads the
 epochs after the global model's (PFLlib runs it first), FedRep's body epochs
 follow its head epochs, FedBABU's fine-tuning reads a fresh generator of the last
 round (our final evaluation is a fresh context of that round).
+
+For SCAFFOLD `--paired` also gives PFLlib our rounding where the two differ only in it
+(install_paired_scaffold): the corrected step adds c - c_k to the gradient in one sum, the
+control update and the server's averages run in float64 with one rounding to float32. Its
+flow, step count and weights stay PFLlib's. On the same inputs PFLlib's own step, control
+update, Delta c and averages also run every time, and the result records per round how
+many values they give differently from ours and the largest difference.
 """
 
 from __future__ import annotations
@@ -103,10 +113,11 @@ METHODS: dict[str, tuple[str, str, bool]] = {
     "ditto": ("flcore.servers.serverditto", "Ditto", False),
     "fedrep": ("flcore.servers.serverrep", "FedRep", True),
     "apfl": ("flcore.servers.serverapfl", "APFL", False),
+    "scaffold": ("flcore.servers.serverscaffold", "SCAFFOLD", False),
 }
-# PFLlib puts these methods' proximal term into its own optimizer, a plain SGD step:
-# the scenario has to run them without momentum and weight decay.
-PLAIN_SGD_METHODS = ("fedprox", "ditto")
+# PFLlib puts these methods' proximal term (SCAFFOLD: its correction) into its own
+# optimizer, a plain SGD step: the scenario has to run them without momentum and weight decay.
+PLAIN_SGD_METHODS = ("fedprox", "ditto", "scaffold")
 
 
 class EncoderWithHead(nn.Module):
@@ -260,6 +271,175 @@ def paired_average(server: Any) -> None:
         parameter.data = total.float()
 
 
+def scaffold_corrected_step(parameters: list[torch.Tensor], server_controls: list[torch.Tensor],
+                            client_controls: list[torch.Tensor], lr: float) -> None:
+    """Our SCAFFOLD step: the gradient gains the float32 difference c - c_k (the gradient of
+    our loss term <c - c_k, w>, added to the cross-entropy's in one rounding), then
+    p.add_(grad, alpha=-lr) (our SGD without momentum and weight decay). PFLlib's
+    SCAFFOLDOptimizer adds the two one at a time: (grad + c) - c_k."""
+    with torch.no_grad():
+        for parameter, c, c_k in zip(parameters, server_controls, client_controls):
+            parameter.add_(parameter.grad + (c - c_k), alpha=-lr)
+
+
+def scaffold_control_update(client_controls: list[torch.Tensor], server_controls: list[torch.Tensor],
+                            start: list[torch.Tensor], trained: list[torch.Tensor], steps: int, lr: float) -> list[torch.Tensor]:
+    """Our option II (scaffold_control.updated_control with the step count of
+    maths/local_steps.py at momentum 0): c_k+ = c_k - c + (x - y_k) / (steps * lr) in float64,
+    rounded to float32 once; c_k itself when no step was taken. PFLlib computes
+    c_k - c + (1 / num_batches / epochs / lr) * (x - y_k) in float32."""
+    scale = float(steps) * float(lr)
+    if scale == 0.0:
+        return [c_k.detach().clone() for c_k in client_controls]
+    updated = []
+    for c_k, c, x, y in zip(client_controls, server_controls, start, trained):
+        moved = (x.detach().double() - y.detach().double()) / scale
+        updated.append((c_k.detach().double() - c.detach().double() + moved).float())
+    return updated
+
+
+def scaffold_average(model: list[torch.Tensor], control: list[torch.Tensor],
+                     uploads: list[tuple[int, list[torch.Tensor], list[torch.Tensor]]], num_clients: int,
+                     server_lr: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Our SCAFFOLD server (Scaffold.aggregate) on uploads (client id, y_k, Delta c_k) of equal
+    sample counts: the mean of the y_k (float64 sum of y_k / |S| in client-id order, one
+    float32 rounding), stepped x + server_lr (mean - x) in float64 (the mean itself at 1);
+    c + (|S| / N) mean Delta c, the mean rounded to float32 first, then the sum. PFLlib adds
+    (y_k - x) / J * server_lr and Delta c_k / N to float32 copies, one client at a time in
+    its upload order (J = its clients per round: |S| under full participation)."""
+    ordered = sorted(uploads, key=lambda upload: upload[0])
+    share = 1.0 / len(ordered)
+
+    def mean(read: Any, index: int) -> torch.Tensor:
+        total = torch.zeros(ordered[0][1][index].shape, dtype=torch.float64)
+        for upload in ordered:
+            total += read(upload)[index].detach().double() * share
+        return total.float()
+
+    new_model, new_control = [], []
+    for index, (x, c) in enumerate(zip(model, control)):
+        averaged = mean(lambda upload: upload[1], index)
+        if server_lr != 1.0:
+            x64 = x.detach().double()
+            averaged = (x64 + server_lr * (averaged.double() - x64)).float()
+        new_model.append(averaged)
+        delta = mean(lambda upload: upload[2], index)
+        new_control.append((c.detach().double() + (len(ordered) / num_clients) * delta.double()).float())
+    return new_model, new_control
+
+
+def difference_count(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> dict[str, float]:
+    """How many values of two equally shaped tensor lists differ, and the largest difference."""
+    return {
+        "values": sum(int(a.numel()) for a in ours),
+        "differing": sum(int((a != b).sum()) for a, b in zip(ours, theirs)),
+        "max_abs": max(float((a.double() - b.double()).abs().max()) for a, b in zip(ours, theirs)),
+    }
+
+
+def merged_counts(counts: list[dict[str, float]]) -> dict[str, float]:
+    return {
+        "values": sum(c["values"] for c in counts),
+        "differing": sum(c["differing"] for c in counts),
+        "max_abs": max((c["max_abs"] for c in counts), default=0.0),
+    }
+
+
+class PairedScaffoldOptimizer:
+    """The paired mode's SCAFFOLD optimizer: `step(c, c_k)` takes our corrected step
+    (scaffold_corrected_step) and, on copies of the same weights and gradients, PFLlib's own
+    SCAFFOLDOptimizer step, whose difference from ours it records."""
+
+    def __init__(self, parameters: Any, lr: float, reference_class: type, record: list[dict[str, float]]) -> None:
+        self.parameters = list(parameters)
+        self.lr = float(lr)
+        self.reference_class = reference_class
+        self.record = record
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for parameter in self.parameters:
+            parameter.grad = None
+
+    def step(self, server_controls: list[torch.Tensor], client_controls: list[torch.Tensor]) -> None:
+        copies = [parameter.detach().clone() for parameter in self.parameters]
+        for copy_, parameter in zip(copies, self.parameters):
+            copy_.grad = parameter.grad.detach().clone()
+        self.reference_class(copies, lr=self.lr).step(server_controls, client_controls)  # PFLlib's own step
+        scaffold_corrected_step(self.parameters, server_controls, client_controls, self.lr)
+        self.record.append(difference_count([p.detach() for p in self.parameters], copies))
+
+
+def install_paired_scaffold(server: Any, settings: dict[str, Any], checks: list[dict[str, Any]]) -> None:
+    """The paired mode's SCAFFOLD: PFLlib's server and clients keep their flow (what is sent,
+    when c_k is updated, the step count num_batches x epochs, the weights 1/J and 1/N), with our
+    rounding in the three places where the two differ only in it: the corrected step, the
+    update of c_k (and Delta c = c_k+ - c_k) and the server's average of y_k and Delta c_k.
+    Each time, PFLlib's own code also runs on the same inputs, and `checks` records per round
+    how many values it gives differently and by how much (the last entry is the update after
+    the last evaluation, which no evaluation sees)."""
+    from flcore.optimizers.fedoptimizer import SCAFFOLDOptimizer
+
+    if len(set(settings["train_samples"])) != 1:
+        raise ValueError(
+            "PFLlib's SCAFFOLD averages y_k uniformly and ours sample-weighted: export clients of equal size "
+            "(run.py sets dataset.test_fraction for it)"
+        )
+    pending: dict[str, list[dict[str, float]]] = {"step": [], "control": [], "delta_control": []}
+    for client in server.clients:
+        client.optimizer = PairedScaffoldOptimizer(client.model.parameters(), client.learning_rate, SCAFFOLDOptimizer,
+                                                   pending["step"])
+        client.crosscheck_delta_control = None
+
+        def update_yc(max_local_epochs: int | None = None, client: Any = client, reference: Any = client.update_yc) -> None:
+            epochs = client.local_epochs if max_local_epochs is None else max_local_epochs
+            before = [c_k.detach().clone() for c_k in client.client_c]
+            steps = client.num_batches * epochs  # PFLlib's count of the local steps (len(trainloader) x epochs)
+            ours = scaffold_control_update(before, client.global_c, list(client.global_model.parameters()),
+                                           list(client.model.parameters()), steps, client.learning_rate)
+            reference(max_local_epochs)  # PFLlib's own update of client_c (in place), on the same inputs
+            pending["control"].append(difference_count(ours, [c_k.detach() for c_k in client.client_c]))
+            for c_k, value in zip(client.client_c, ours):
+                c_k.data = value
+            client.crosscheck_delta_control = [new - old for new, old in zip(ours, before)]  # ours: c_k+ - c_k, float32
+
+        def delta_yc(max_local_epochs: int | None = None, client: Any = client, reference: Any = client.delta_yc) -> Any:
+            delta_y, delta_c = reference(max_local_epochs)  # PFLlib's own: -c + (x - y_k) / (num_batches epochs lr)
+            pending["delta_control"].append(difference_count(client.crosscheck_delta_control, [d.detach() for d in delta_c]))
+            return delta_y, client.crosscheck_delta_control
+
+        client.update_yc = update_yc
+        client.delta_yc = delta_yc
+
+    reference_aggregate = server.aggregate_parameters
+
+    def aggregate_parameters() -> None:
+        ids = list(server.uploaded_ids)
+        if len(ids) != server.num_join_clients:
+            raise ValueError(f"{len(ids)} uploads for J = {server.num_join_clients}: the paired mode runs full participation")
+        model, control = server.global_model, server.global_c
+        reference_aggregate()  # PFLlib's own, on the same uploads (its delta_yc gives our Delta c)
+        theirs_model, theirs_control = list(server.global_model.parameters()), server.global_c
+        uploads = [(cid, list(server.clients[cid].model.parameters()), server.clients[cid].crosscheck_delta_control) for cid in ids]
+        new_model, new_control = scaffold_average(list(model.parameters()), control, uploads, server.num_clients,
+                                                  float(server.server_learning_rate))
+        server.global_model = copy.deepcopy(model)
+        for parameter, value in zip(server.global_model.parameters(), new_model):
+            parameter.data = value
+        server.global_c = new_control
+        checks.append({
+            "round": len(checks) + 1,
+            "step": merged_counts(pending["step"]),
+            "control": merged_counts(pending["control"]),
+            "delta_control": merged_counts(pending["delta_control"]),
+            "model_average": difference_count(new_model, [p.detach() for p in theirs_model]),
+            "control_average": difference_count(new_control, [c.detach() for c in theirs_control]),
+        })
+        for kept in pending.values():
+            kept.clear()
+
+    server.aggregate_parameters = aggregate_parameters
+
+
 def reference_args(settings: dict[str, Any], method: str, model: nn.Module, dataset: str) -> SimpleNamespace:
     """PFLlib's argument namespace (the attributes its servers and clients read)."""
     rounds = settings["rounds"]
@@ -306,6 +486,7 @@ def reference_args(settings: dict[str, Any], method: str, model: nn.Module, data
             else settings["fedrep"]["head_epochs"] if method == "fedrep" else 1
         ),
         alpha=settings["apfl"]["alpha_init"] if method == "apfl" else 1.0,  # APFL's -al
+        server_learning_rate=settings.get("scaffold", {}).get("server_lr", 1.0),  # SCAFFOLD's -slr
         # read by other PFLlib methods' constructors only; PFLlib's defaults
         beta=0.0, lamda=1.0, K=5, p_learning_rate=0.01, M=5, itk=4000, alphaK=1.0, sigma=1.0, tau=1.0,
     )
@@ -335,8 +516,8 @@ def match_protocol(server: Any, settings: dict[str, Any], method: str, our_batch
 
     def fresh_optimizers(client: Any) -> None:
         """A new optimizer (fresh momentum) before every local update, as ours."""
-        if method == "fedprox":
-            return  # PFLlib's PerturbedGradientDescent: stateless, kept as it is
+        if method in ("fedprox", "scaffold"):
+            return  # PFLlib's PerturbedGradientDescent and SCAFFOLDOptimizer: stateless, kept as they are
         if method == "fedrep":
             client.optimizer = training_sgd(client.model.base.parameters())
             client.optimizer_per = training_sgd(client.model.head.parameters())
@@ -433,10 +614,13 @@ def match_protocol(server: Any, settings: dict[str, Any], method: str, our_batch
 
             client.fine_tune = fine_tune
 
-    if paired:
+    scaffold_checks: list[dict[str, Any]] = []
+    if paired and method == "scaffold":
+        install_paired_scaffold(server, settings, scaffold_checks)
+    elif paired:
         server.aggregate_parameters = lambda: paired_average(server)
 
-    records: dict[str, list[dict[str, Any]]] = {"headline": [], "global": []}
+    records: dict[str, list[dict[str, Any]]] = {"headline": [], "global": [], "scaffold_checks": scaffold_checks}
 
     def scored_model(client: Any, kind: str) -> nn.Module:
         personal = kind == "headline" and method in ("ditto", "apfl")
@@ -548,6 +732,8 @@ def main() -> int:
         "global_client_accuracy_by_evaluation": [r["accuracy"] for r in recorded["global"]],
         "client_loss_by_evaluation": [r.get("loss") for r in records],
         "global_client_loss_by_evaluation": [r.get("loss") for r in recorded["global"]],
+        # SCAFFOLD, paired: per round, PFLlib's own step, c_k update, Delta c and averages against ours
+        "scaffold_checks": recorded["scaffold_checks"],
         "wall_s": time.perf_counter() - started,
         "log": str(log_path),
     }

@@ -19,7 +19,8 @@ arithmetic); its results are kept apart from the default ones.
 
 `--paired` is the paired mode: both sides run the first --paired-rounds rounds
 (our side evaluates every round), PFLlib with our batches, memory layout, test
-batching and server average (pfllib_side.py --paired), and the table lists, per
+batching and server average (pfllib_side.py --paired; our side scores each client
+alone, `runtime.batched_evaluation=false`), and the table lists, per
 method, seed and round, both mean accuracies, how many clients' accuracies are
 identical and how many clients' test losses are the same float (the loss of the
 model each side scores, computed as ours computes it); for Ditto and APFL also
@@ -27,10 +28,14 @@ their global models'.
 
 Method pairs (hdcfl-ray -> PFLlib): fedavg -> FedAvg, fedavg_se -> FedPer,
 fedbabu -> FedBABU, fedala -> FedALA, local -> Local, fedprox -> FedProx,
-ditto -> Ditto, fedrep -> FedRep, apfl -> APFL. METHOD_SETTINGS holds the
-settings a pair needs on both sides (PFLlib's FedProx and Ditto step with plain
-SGD; APFL's alpha steps with the learning rate); a method with settings of its
-own gets its own export folder.
+ditto -> Ditto, fedrep -> FedRep, apfl -> APFL, scaffold -> SCAFFOLD.
+METHOD_SETTINGS holds the settings a pair needs on both sides (PFLlib's FedProx,
+Ditto and SCAFFOLD step with plain SGD; APFL's alpha steps with the learning
+rate; PFLlib's SCAFFOLD averages uniformly, so every client gets 72 training
+images); a method with settings of its own gets its own export folder. For
+SCAFFOLD the paired table is followed by the rounding checks: per round, how many
+values PFLlib's own step, control update, Delta c and averages give differently
+from ours on the same inputs.
 
 The reference is fetched and installed outside the repository, e.g.
 
@@ -67,6 +72,7 @@ REFERENCE_NAMES = {
     "ditto": "Ditto",
     "fedrep": "FedRep",
     "apfl": "APFL",
+    "scaffold": "SCAFFOLD",
 }
 # Settings a pair runs with on both sides, on top of the scenario and --set (docs/cross-check.md).
 # PFLlib's FedProx and Ditto put the proximal term into a plain SGD step (no momentum, no weight
@@ -75,11 +81,15 @@ REFERENCE_NAMES = {
 # at seed 42 with its own batches; see docs/cross-check.md). mu and Ditto's lambda (fixed, as
 # PFLlib's is) are our defaults: a weight in the local objective, the same knob on both sides.
 # PFLlib's APFL steps alpha with the learning rate, so ours gets alpha_lr = lr.
+# PFLlib's SCAFFOLD steps with plain SGD too (its SCAFFOLDOptimizer) and averages y_k
+# uniformly where ours weighs by samples: a test fraction that leaves every client 72
+# training images makes the two means one (as run_ifca.py does for IFCA).
 PLAIN_SGD = ["protocol.optimizer.lr=0.5", "protocol.optimizer.momentum=0", "protocol.optimizer.weight_decay=0"]
 METHOD_SETTINGS: dict[str, list[str]] = {
     "fedprox": [*PLAIN_SGD, "algorithm.fedprox.mu=0.01"],
     "ditto": [*PLAIN_SGD, "algorithm.ditto.lambda_selection=fixed", "algorithm.ditto.proximal=0.1"],
     "apfl": ["algorithm.apfl.alpha_lr=0.05"],
+    "scaffold": [*PLAIN_SGD, "dataset.test_fraction=0.1985"],
 }
 # Our runs evaluate every client every 5 rounds (and at the last round); evaluation changes no state.
 OUR_EVAL_EVERY = 5
@@ -207,6 +217,33 @@ def paired_table(results: dict[str, dict[int, list[dict[str, Any]]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+ROUNDING_CHECKS = (
+    ("step", "corrected step"),
+    ("control", "c_k update"),
+    ("delta_control", "Delta c"),
+    ("model_average", "average of y_k"),
+    ("control_average", "update of c"),
+)
+
+
+def rounding_table(checks: dict[str, dict[int, list[dict[str, Any]]]]) -> str:
+    """SCAFFOLD's paired runs: per seed and round, how many values PFLlib's own arithmetic
+    gives differently from ours on the same inputs, and the largest difference."""
+    lines = [
+        "| method | seed | round | " + " | ".join(label for _, label in ROUNDING_CHECKS) + " |",
+        "|---|---|---|" + "---|" * len(ROUNDING_CHECKS),
+    ]
+    for method, by_seed in checks.items():
+        for seed, rounds in by_seed.items():
+            for check in rounds:
+                cells = [
+                    f"{check[key]['differing']}/{check[key]['values']} ({check[key]['max_abs']:.1e})"
+                    for key, _ in ROUNDING_CHECKS
+                ]
+                lines.append(f"| {method} / {REFERENCE_NAMES[method]} | {seed} | {check['round']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else float("nan"))
 
@@ -252,9 +289,13 @@ def tables(results: dict[str, dict[int, dict[str, float]]], seeds: list[int]) ->
 def run_paired(args: argparse.Namespace, methods: list[str], seeds: list[int], work: Path) -> int:
     """Both sides over the first rounds, PFLlib on our batches, layout and average."""
     rounds = args.paired_rounds
-    extra = [f"protocol.rounds={rounds}", "protocol.eval_every=1"]
+    # each client's test set scored on its own, in one batch, as the reference scores it (our
+    # default scores the clients of a shared encoder together: the same accuracies, losses
+    # that differ in the last bits)
+    extra = [f"protocol.rounds={rounds}", "protocol.eval_every=1", "runtime.batched_evaluation=false"]
     paired_work = work / f"paired-{rounds}rounds"
     results: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in methods}
+    checks: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in methods}
     for seed in seeds:
         for method in methods:
             overrides = method_overrides(method, [*args.overrides, *extra])
@@ -279,9 +320,13 @@ def run_paired(args: argparse.Namespace, methods: list[str], seeds: list[int], w
                     row["model"] = "global"
                 rows += global_rows
             results[method][seed] = rows
+            if ref.get("scaffold_checks"):  # the rounds evaluated (PFLlib trains once more after the last evaluation)
+                checks[method][seed] = [check for check in ref["scaffold_checks"] if check["round"] <= rounds]
             (paired_work / "results.json").write_text(json.dumps({m: {str(s): v for s, v in r.items()} for m, r in results.items()}, indent=1))
             print(method, seed, [(r["round"], r["identical_clients"]) for r in rows], flush=True)
     text = paired_table(results)
+    if any(checks.values()):
+        text += "\n" + rounding_table({m: c for m, c in checks.items() if c})
     print(text)
     if args.table:
         args.table.write_text(text + "\n" + table_provenance() + "\n")

@@ -16,8 +16,8 @@ it depends on which clients train together: a run is reproducible for the same
 scenario, seed and host layout.
 
 What trains here: `train_locally`'s loop (cross-entropy, optionally weighted per
-sample, plus a `ProximalPull`) with SGD (momentum, weight decay) in float32 or
-bfloat16 autocast. Anything else (Adam, float16 loss scaling, another regulariser)
+sample, plus a `BatchableRegulariser`: a `ProximalPull` or a `LinearTerm`) with SGD
+(momentum, weight decay) in float32 or bfloat16 autocast. Anything else (Adam, float16 loss scaling, another regulariser)
 trains one client at a time (`batchable` says which).
 """
 
@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from hdcfl_ray.contract import OptimizerConfig, ProximalPull, TrainStats
+from hdcfl_ray.contract import BatchableRegulariser, OptimizerConfig, TrainStats
 from hdcfl_ray.models import SplitModel
+from hdcfl_ray.runtime.client import replica_weights
+from hdcfl_ray.runtime.client.replica_weights import ReplicaWeights
 from hdcfl_ray.training.local_training import MomentumSGD, train_locally
 from hdcfl_ray.training.precision import active_half_precision, outside_autocast
 
@@ -51,13 +53,17 @@ class TrainRequest:
     generator: torch.Generator
     train_head: bool = True
     train_encoder: bool = True
-    # any loss term; batched training takes only a ProximalPull (`batchable`)
+    # any loss term; batched training takes only a BatchableRegulariser (`batchable`)
     regulariser: Callable[..., Any] | None = None
     sample_weights: torch.Tensor | None = None
+    # in a host's batched round: where the model's weights are when it does not hold
+    # them yet (staged by `ctx.load`), and who keeps the host copy of the trained ones
+    weights: ReplicaWeights | None = None
 
     @property
-    def proximal(self) -> ProximalPull | None:
-        return self.regulariser if isinstance(self.regulariser, ProximalPull) else None
+    def proximal(self) -> BatchableRegulariser | None:
+        """The regulariser as data batched training reads (a ProximalPull or a LinearTerm)."""
+        return self.regulariser if isinstance(self.regulariser, BatchableRegulariser) else None
 
 
 def train_alone(request: TrainRequest) -> TrainStats:
@@ -81,7 +87,7 @@ def batchable(optimizer_config: OptimizerConfig, regulariser: Callable[..., Any]
     """Whether a `train` call can run batched with others (else it runs alone)."""
     if optimizer_config.name != "sgd" or active_half_precision() == torch.float16:
         return False
-    return regulariser is None or isinstance(regulariser, ProximalPull)
+    return regulariser is None or isinstance(regulariser, BatchableRegulariser)
 
 
 class _Joined(nn.Module):
@@ -108,6 +114,7 @@ def _group_key(request: TrainRequest) -> tuple[Any, ...]:
         request.train_head,
         request.train_encoder,
         request.regulariser is None,
+        type(request.regulariser),  # one penalty is vmapped over a group: one kind of regulariser
         request.sample_weights is None,
         tuple(request.inputs.shape[1:]),
         request.inputs.dtype,
@@ -120,17 +127,22 @@ def train_together(requests: list[TrainRequest]) -> list[TrainStats]:
 
     Requests that cannot share a batched model with the others (another schedule,
     architecture or setting) form groups of their own; a group of one trains exactly
-    as `train_locally` does."""
+    as `train_locally` does. Each one's `trained_together` is the size of its group."""
     stats: list[TrainStats | None] = [None] * len(requests)
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for position, request in enumerate(requests):
         groups[_group_key(request)].append(position)
     for positions in groups.values():
         if len(positions) == 1:
-            stats[positions[0]] = train_alone(requests[positions[0]])
+            alone = requests[positions[0]]
+            if alone.weights is not None:
+                alone.weights.materialise()
+            stats[positions[0]] = train_alone(alone)
+            if alone.weights is not None:
+                alone.weights.written()
             continue
         for position, result in zip(positions, _train_group([requests[p] for p in positions])):
-            stats[position] = result
+            stats[position] = replace(result, trained_together=len(positions))
     return [result for result in stats if result is not None]
 
 
@@ -251,9 +263,18 @@ def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
     if not trainable:
         raise ValueError("nothing to train: both encoder and head are frozen")
     plan = _GroupPlan(requests)
+    weights = [request.weights for request in requests]
+    staging = _common_staging(weights)
     with torch.no_grad():
-        stacked_params, buffers = stack_module_state(joined)  # type: ignore[arg-type]
-        params = {name: tensor.detach() for name, tensor in stacked_params.items()}
+        if staging is not None:  # every client's weights in one buffer: one transfer, no per-client copies
+            rows = [w.row for w in weights]  # type: ignore[union-attr]
+            params, buffers = replica_weights.stacked_weights_to_device(staging, rows, [r.model for r in requests], device)
+        else:
+            for w in weights:
+                if w is not None:
+                    w.materialise()
+            stacked_params, buffers = stack_module_state(joined)  # type: ignore[arg-type]
+            params = {name: tensor.detach() for name, tensor in stacked_params.items()}
         data = _Concatenated(requests)
     targets = None
     if first.proximal is not None:
@@ -275,7 +296,23 @@ def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
                 targets_back.append(tensor)
                 sources.append(rows_of[name][row])
         torch._foreach_copy_(targets_back, sources)
+        trained = None
+        wanted = all(w is not None for w in weights) and any(w.snapshots_from_host_copy for w in weights)  # type: ignore[union-attr]
+        if wanted and device.type in replica_weights.HOST_COPY_DEVICES:
+            trained = replica_weights.take_trained_rows(state.params, state.buffers, weights[0].staging, len(requests))  # type: ignore[union-attr]
+    for position, w in enumerate(weights):
+        if w is not None:
+            w.written(trained, position)
     return plan.finish(requests, loss_log)
+
+
+def _common_staging(weights: list[ReplicaWeights | None]) -> replica_weights.StagingRows | None:
+    """The staging buffer every client of a group has its loaded weights in, or None
+    (some client's weights are only in its model)."""
+    if not weights or any(w is None or not w.staged for w in weights):
+        return None
+    staging = weights[0].staging  # type: ignore[union-attr]
+    return staging if all(w.staging is staging for w in weights) else None  # type: ignore[union-attr]
 
 
 @dataclass
@@ -306,7 +343,7 @@ class _StackedState:
     momentum: dict[str, torch.Tensor]
     targets: list[torch.Tensor] | None
     config: OptimizerConfig
-    proximal: ProximalPull | None
+    proximal: BatchableRegulariser | None
 
 
 def run_steps(groups: list[_StepGroup], state: _StackedState, data: _Concatenated, loss_log: torch.Tensor) -> None:

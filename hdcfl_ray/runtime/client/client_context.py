@@ -14,9 +14,10 @@ from torch import nn
 
 from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
-from hdcfl_ray.contract import EvalStats, ModelParams, TrainingBudget, TrainStats
+from hdcfl_ray.contract import BatchableRegulariser, EvalStats, ModelParams, TrainingBudget, TrainStats
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
 from hdcfl_ray.runtime.client.batched_training import TrainRequest, batchable, train_alone
+from hdcfl_ray.runtime.client.replica_weights import ReplicaWeights
 from hdcfl_ray.training.local_training import check_sample_weights, evaluate
 
 if TYPE_CHECKING:
@@ -28,12 +29,28 @@ TensorPair = tuple[torch.Tensor, torch.Tensor]
 Regulariser = Callable[[SplitModel], torch.Tensor]
 
 
+class _ModelAsMethodsReadIt:
+    """`HostClientContext.model` as a method reads it: in a batched round, weights the
+    context has only staged are copied in first, and the rest of the method's update
+    loads, trains and snapshots through the model itself (replica_weights.py)."""
+
+    def __get__(self, ctx: HostClientContext | None, owner: type | None = None) -> SplitModel:
+        if ctx is None:
+            raise AttributeError("model")  # a field without a default
+        if ctx._replica_weights is not None:
+            ctx._replica_weights.expose()
+        return ctx._replica
+
+    def __set__(self, ctx: HostClientContext, model: SplitModel) -> None:
+        ctx._replica = model
+
+
 @dataclass
 class HostClientContext:
     client_id: int
     round_index: int
     seed: int
-    model: SplitModel
+    model: SplitModel = _ModelAsMethodsReadIt()  # type: ignore[assignment]
     encoder_index: FlatIndex
     head_index: FlatIndex
     protocol: ProtocolConfig
@@ -49,9 +66,17 @@ class HostClientContext:
     _evaluation_batch: EvaluationBatch | None = None
     # set during a host's batched training round: `train` then trains with the round's other clients
     _training_slot: TrainingSlot | None = None
+    # set during a host's batched training round: where the model's weights are (staged or in the model)
+    _replica_weights: ReplicaWeights | None = None
+    # the model itself (`model` is how methods read it)
+    _replica: SplitModel = field(init=False, repr=False, compare=False)
+    # arrays `snapshot` returned from trained weights checked finite on the device
+    _finite_arrays: list[np.ndarray] = field(default_factory=list, init=False, repr=False, compare=False)
     # training work done through this context (every `train` call, plus `count_training`)
     _samples_trained: int = field(default=0, init=False)
     _steps_trained: int = field(default=0, init=False)
+    # the largest batched group any of its `train` calls ran in (1: each trained alone)
+    _trained_together: int = field(default=1, init=False)
 
     def batch_generator(self) -> torch.Generator:
         """The client's batch-order generator for this round."""
@@ -63,6 +88,12 @@ class HostClientContext:
     @property
     def budget(self) -> TrainingBudget:
         return TrainingBudget(samples=self._samples_trained, steps=self._steps_trained)
+
+    @property
+    def trained_together(self) -> int:
+        """The most clients, this one included, that any of this context's `train`
+        calls trained with as one batched model (1 when every call trained alone)."""
+        return self._trained_together
 
     def count_training(self, samples: int, steps: int) -> None:
         """Record training a method runs outside `train` (e.g. FedALA's weight learning)."""
@@ -98,14 +129,38 @@ class HostClientContext:
     # ---- weights ----
     def load(self, params: ModelParams, head: np.ndarray | None = None) -> None:
         """Load an encoder and a head (`head` overrides params.head)."""
-        load_flat_into(self.model.encoder, params.encoder, self.encoder_index)
         head_vector = head if head is not None else params.head
+        weights = self._replica_weights
+        if weights is not None:
+            if head_vector is not None and weights.load(params.encoder, head_vector):
+                return  # staged: the model gets the weights when something reads it
+            weights.materialise()
+            weights.written()
+        load_flat_into(self._replica.encoder, params.encoder, self.encoder_index)
         if head_vector is None:
             raise ValueError("no head given: pass params with a head or head=...")
-        load_flat_into(self.model.head, head_vector, self.head_index)
+        load_flat_into(self._replica.head, head_vector, self.head_index)
 
     def snapshot(self) -> ModelParams:
-        return ModelParams(encoder=flatten_module(self.model.encoder), head=flatten_module(self.model.head))
+        taken = self._replica_weights.snapshot() if self._replica_weights is not None else None
+        if taken is None:
+            model = self._loaded_model()
+            return ModelParams(encoder=flatten_module(model.encoder), head=flatten_module(model.head))
+        encoder, head, checked_finite = taken
+        if checked_finite:
+            self._finite_arrays.extend((encoder, head))
+        return ModelParams(encoder=encoder, head=head)
+
+    def known_finite(self, array: np.ndarray) -> bool:
+        """Whether `array` is one `snapshot` returned from weights checked finite on the
+        device (the host need not check it again)."""
+        return any(array is checked for checked in self._finite_arrays)
+
+    def _loaded_model(self) -> SplitModel:
+        """The model holding the current weights, for the context's own use."""
+        if self._replica_weights is not None:
+            self._replica_weights.materialise()
+        return self._replica
 
     # ---- training and scoring ----
     def train(
@@ -122,8 +177,12 @@ class HostClientContext:
         """Train the loaded model with the protocol's optimizer (fresh state) and batch size;
         `sample_weights` weight each sample's loss (see `train_locally`)."""
         inputs, labels = data if data is not None else self.train_data()
+        weights = self._replica_weights
+        if weights is not None and regulariser is not None and not isinstance(regulariser, BatchableRegulariser):
+            weights.expose()  # the regulariser is handed the model
+        together = self._training_slot is not None and batchable(optimizer or self.protocol.optimizer, regulariser)
         request = TrainRequest(
-            model=self.model,
+            model=self._replica,
             inputs=inputs,
             labels=labels,
             epochs=self.protocol.local_epochs if epochs is None else epochs,
@@ -134,15 +193,20 @@ class HostClientContext:
             train_encoder=train_encoder,
             regulariser=regulariser,
             sample_weights=sample_weights,
+            weights=weights if together else None,
         )
-        if self._training_slot is not None and batchable(request.optimizer_config, regulariser):
+        if together:
             if not (train_head or train_encoder):
                 raise ValueError("nothing to train: both encoder and head are frozen")
             check_sample_weights(sample_weights, inputs)  # train_alone checks in train_locally
-            stats = self._training_slot.train(request)
+            stats = self._training_slot.train(request)  # type: ignore[union-attr]
         else:
+            self._loaded_model()
             stats = train_alone(request)
+            if weights is not None:
+                weights.written()
         self.count_training(stats.samples_processed, stats.steps)
+        self._trained_together = max(self._trained_together, stats.trained_together)
         return stats
 
     def score(
@@ -165,7 +229,7 @@ class HostClientContext:
         if params is not None:
             self.load(params, head)
         inputs, labels = data if data is not None else self.test_data()
-        return evaluate(self.model, inputs, labels, own_classes=self.own_classes())
+        return evaluate(self._loaded_model(), inputs, labels, own_classes=self.own_classes())
 
     def shared_array(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
         """An encoder derived from broadcast objects that many clients of a host score
@@ -196,7 +260,8 @@ class HostClientContext:
 
     def _logits(self, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
         """Logits of the loaded model in eval mode, computed in batches (callers hold no_grad)."""
-        self.model.encoder.eval()
-        self.model.head.eval()
-        parts = [self.model.head(self.model.encoder(inputs[start : start + batch_size])) for start in range(0, int(inputs.shape[0]), batch_size)]
+        model = self._loaded_model()
+        model.encoder.eval()
+        model.head.eval()
+        parts = [model.head(model.encoder(inputs[start : start + batch_size])) for start in range(0, int(inputs.shape[0]), batch_size)]
         return torch.cat(parts).float()  # float32 even under a half-precision autocast

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from hdcfl_ray import seeding
-from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_step
+from hdcfl_ray.algorithms.async_mixing import fedasync_mix, fedbuff_optimised_step
 from hdcfl_ray.contract import RoundNotes, Upload
+from hdcfl_ray.maths.server_optimizer import Moments
 from hdcfl_ray.runtime.server.host_pool import TrainingHandle
 from hdcfl_ray.runtime.server.messages import UploadMeta
 from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
@@ -50,6 +51,7 @@ class AsyncFederatedServer(FederatedServer):
         self.in_flight: dict[int, InFlight] = {}
         self.finish_queue: list[tuple[float, int]] = []
         self.buffer: list[tuple[Upload, InFlight]] = []
+        self.server_moments = Moments()  # protocol.server_optimizer's state for the shared vector (FedBuff)
 
     # ---- checkpoints: the clients in flight are saved with their finished results ----
     def snapshot(self) -> dict[str, Any]:
@@ -62,6 +64,7 @@ class AsyncFederatedServer(FederatedServer):
             in_flight=in_flight,
             finish_queue=list(self.finish_queue),
             buffer=[(upload, _without_actor(flight)) for upload, flight in self.buffer],
+            server_moments=self.server_moments,
         )
         return snapshot
 
@@ -73,6 +76,7 @@ class AsyncFederatedServer(FederatedServer):
         self.finish_queue = [tuple(entry) for entry in snapshot["finish_queue"]]
         heapq.heapify(self.finish_queue)
         self.buffer = [tuple(entry) for entry in snapshot["buffer"]]
+        self.server_moments = snapshot.get("server_moments", Moments())  # absent from a checkpoint before server optimisers
 
     # ---- dispatch ----
     def _idle_clients(self) -> list[int]:
@@ -163,15 +167,17 @@ class AsyncFederatedServer(FederatedServer):
         )
 
     def _flush_buffer(self, config: Any) -> None:
-        """The buffered updates become one server step; staleness counts the versions
-        applied since each client started."""
-        shared = fedbuff_step(
+        """The buffered updates become one server step (protocol.server_optimizer's); staleness
+        counts the versions applied since each client started."""
+        shared, self.server_moments = fedbuff_optimised_step(
             self.algorithm.async_shared(self.state),
             [self.algorithm.async_upload_vector(upload) for upload, _ in self.buffer],
             [flight.base_vector for _, flight in self.buffer],
             [self.version - flight.base_version for _, flight in self.buffer],
             config.staleness_exponent,
             config.server_lr,
+            self.settings.protocol.server_optimizer,
+            self.server_moments,
         )
         self.algorithm.async_set_shared(self.state, shared)
         self.buffer = []
