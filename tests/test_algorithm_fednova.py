@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -21,11 +20,10 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.contract import ModelParams, Upload
 from hdcfl_ray.maths.local_steps import momentum_step_count
 from hdcfl_ray.runtime.backends.local_host import in_process_run
-from hdcfl_ray.runtime.driver import prepare_run, run_simulation
-from hdcfl_ray.terminal.live_view import QuietObserver
+from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.training.local_training import MomentumSGD
 from tests.conftest import tiny_scenario
-from tests.stop_observer import StopAfterRound
+from tests.stop_observer import resume_after_a_stop
 
 runner = CliRunner()
 
@@ -120,15 +118,4 @@ def test_a_stopped_run_resumes_to_the_bits_of_the_uninterrupted_run(tmp_path: Pa
             checkpoint={"every": 2},
         )
     )
-    reference = tmp_path / "reference"
-    run_simulation(prepare_run(scenario), reference, QuietObserver())
-    stopped = tmp_path / "stopped"
-    with pytest.raises(KeyboardInterrupt):
-        run_simulation(prepare_run(scenario), stopped, StopAfterRound(3))  # checkpoint at round 2
-    run_simulation(prepare_run(scenario), stopped, QuietObserver(), resume=True)
-    keys = [("round", "ascending"), ("client_id", "ascending")]
-    ref = pq.read_table(reference / "clients.parquet").sort_by(keys)
-    got = pq.read_table(stopped / "clients.parquet").sort_by(keys)
-    assert got.num_rows == ref.num_rows
-    for column in ("accuracy", "loss", "train_loss"):
-        assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column
+    resume_after_a_stop(scenario, tmp_path)  # checkpoint at round 2

@@ -29,7 +29,7 @@ from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import slow_beyond, tiny_scenario
-from tests.stop_observer import StopAfterRound
+from tests.stop_observer import resume_after_a_stop
 
 runner = CliRunner()
 
@@ -191,15 +191,4 @@ def test_a_stopped_run_resumes_to_the_bits_of_the_uninterrupted_run(tmp_path: Pa
             checkpoint={"every": 2},
         )
     )
-    reference = tmp_path / "reference"
-    run_simulation(prepare_run(scenario), reference, QuietObserver())
-    stopped = tmp_path / "stopped"
-    with pytest.raises(KeyboardInterrupt):
-        run_simulation(prepare_run(scenario), stopped, StopAfterRound(3))  # checkpoint at round 2: c and every c_k saved
-    run_simulation(prepare_run(scenario), stopped, QuietObserver(), resume=True)
-    keys = [("round", "ascending"), ("client_id", "ascending")]
-    ref = pq.read_table(reference / "clients.parquet").sort_by(keys)
-    got = pq.read_table(stopped / "clients.parquet").sort_by(keys)
-    assert got.num_rows == ref.num_rows
-    for column in ("accuracy", "loss", "train_loss"):
-        assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column
+    resume_after_a_stop(scenario, tmp_path)  # checkpoint at round 2: c and every c_k saved

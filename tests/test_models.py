@@ -24,8 +24,8 @@ from hdcfl_ray.models import (
 )
 from hdcfl_ray.models.small_cnn import SmallCNN
 
-ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2")
-FEATURE_DIMS = {"small_cnn": 128, "resnet18_cifar": 512, "mobilenet_v2": 1280}
+ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "niid_cnn")
+FEATURE_DIMS = {"small_cnn": 128, "resnet18_cifar": 512, "mobilenet_v2": 1280, "niid_cnn": 84}
 
 
 def small_model(seed: int = 0, **config: object) -> SplitModel:

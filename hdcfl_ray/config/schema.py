@@ -289,14 +289,15 @@ class PartitionConfig(PluginSections):
         return _check_name("transforms", "a transform", value)
 
 
-BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "char_lstm")
+BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "niid_cnn", "char_lstm")
 
 
 class ModelConfig(Section):
     encoder: str = Field(
         "small_cnn",
-        description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2 (images), char_lstm (text: an "
-        "embedding and an LSTM of feature_dim units), or a plugin's",
+        description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2, niid_cnn (images; niid_cnn: "
+        "NIID-Bench's CIFAR-10 CNN for 32x32 images, its last linear layer the head), char_lstm (text: an embedding and "
+        "an LSTM of feature_dim units), or a plugin's",
     )
     pretrained: str | None = Field(
         None, description="local encoder weights (torch.save(state_dict)), loaded with weights_only=True; never downloaded"

@@ -10,6 +10,8 @@ from torch import nn
 from hdcfl_ray.config.schema import ModelConfig
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.models.niid_cnn import IMAGE_SIDE as NIID_CNN_IMAGE_SIDE
+from hdcfl_ray.models.niid_cnn import NiidBenchCNN
 from hdcfl_ray.models.resnet_cifar import ResNet18Cifar
 from hdcfl_ray.models.small_cnn import SmallCNN
 
@@ -20,6 +22,8 @@ def build_encoder(config: ModelConfig, in_channels: int) -> nn.Module:
         return SmallCNN(in_channels, width=config.width, feature_dim=config.feature_dim)
     if config.encoder == "resnet18_cifar":
         return ResNet18Cifar(in_channels)
+    if config.encoder == "niid_cnn":
+        return NiidBenchCNN(in_channels)
     if config.encoder == "char_lstm":
         from hdcfl_ray.models.char_lstm import CharLSTM
 
@@ -54,8 +58,10 @@ def reads_text(encoder: str) -> bool:
 
 
 def check_encoder_reads(config: ModelConfig, dataset: ImageDataset) -> None:
-    """An image encoder on text, or a text encoder on images, stops before anything runs."""
+    """An image encoder on text, or a text encoder on images, stops before anything runs;
+    so does an encoder built for one image size (niid_cnn) on images of another."""
     if reads_text(config.encoder) == dataset.text:
+        check_encoder_image_size(config, dataset)
         return
     if dataset.text:
         raise ScenarioError(
@@ -64,5 +70,19 @@ def check_encoder_reads(config: ModelConfig, dataset: ImageDataset) -> None:
         )
     raise ScenarioError(
         f"model.encoder: {config.encoder} reads character sequences, and {dataset.name} holds images; use an image "
-        "encoder (small_cnn, resnet18_cifar, mobilenet_v2) or a text source (dataset.name: text, leaf_json)"
+        "encoder (small_cnn, resnet18_cifar, mobilenet_v2, niid_cnn) or a text source (dataset.name: text, leaf_json)"
     )
+
+
+def check_encoder_image_size(config: ModelConfig, dataset: ImageDataset) -> None:
+    """niid_cnn flattens 16 x 5 x 5 features into its first linear layer: 32x32 images only."""
+    if config.encoder != "niid_cnn" or dataset.text:
+        return
+    height, width = (int(side) for side in dataset.train_images.shape[1:3])
+    if (height, width) != (NIID_CNN_IMAGE_SIDE, NIID_CNN_IMAGE_SIDE):
+        raise ScenarioError(
+            f"model.encoder: niid_cnn is NIID-Bench's CIFAR-10 CNN, whose first linear layer reads the 16 x 5 x 5 "
+            f"features of a {NIID_CNN_IMAGE_SIDE}x{NIID_CNN_IMAGE_SIDE} image, and {dataset.name} holds {height}x{width} "
+            "images; use it with 32x32 images (CIFAR-10, or dataset.image_size: 32 for synthetic) or another encoder "
+            "(small_cnn reads any size)"
+        )
