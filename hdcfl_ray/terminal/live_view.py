@@ -146,7 +146,9 @@ def summary_table(final_round: dict[str, Any], last_refresh: dict[str, Any] | No
     for column in ("mean", "worst", "bottom-20%", "gap (pp)"):
         table.add_column(column, justify="right")
     table.add_row(
-        "headline" + (" (personalised)" if final_round.get("personalized") else " (global encoder + own head)"),
+        # not personalised: every client is scored with what the method shares (FedAvg's whole
+        # model, FedAvg-SE's encoder with the client's own head)
+        "headline" + (" (personalised)" if final_round.get("personalized") else " (not personalised)"),
         _pct(final_round.get("mean_accuracy")),
         _pct(final_round.get("worst_accuracy")),
         _pct(final_round.get("bottom20_accuracy")),
