@@ -112,7 +112,7 @@ def test_the_scenario_holds_the_reference_setting(cifar_variable: str) -> None:
     assert (scenario.dataset.max_train_samples, scenario.dataset.max_test_samples) == (None, None)
     partition = scenario.partition
     assert (partition.kind, partition.num_clients, partition.alpha, partition.min_samples) == ("dirichlet", 10, 0.5, 10)
-    assert partition.dirichlet_balance and partition.test_per_client == 10000
+    assert partition.dirichlet_balance and partition.test_set == "whole_split" and partition.test_per_client is None
     assert scenario.model.encoder == "niid_cnn" and scenario.model.pretrained is None
     assert (scenario.algorithm.name, scenario.algorithm.fedprox.mu, scenario.algorithm.scaffold.server_lr) == ("fedavg", 0.01, 1.0)
     protocol = scenario.protocol
@@ -121,9 +121,9 @@ def test_the_scenario_holds_the_reference_setting(cifar_variable: str) -> None:
     assert protocol.server_optimizer.is_identity and protocol.eval_every == 1
 
 
-# 32x32 RGB synthetic images in place of CIFAR-10, and a test split the clients' draws fit
+# 32x32 RGB synthetic images in place of CIFAR-10 (each client scored on all 200 test images)
 SYNTHETIC = ["dataset.name=synthetic", "dataset.image_size=32", "dataset.train_samples=1000", "dataset.test_samples=200",
-             "partition.test_per_client=20", "protocol.rounds=2"]
+             "protocol.rounds=2"]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -233,6 +233,12 @@ class PartitionConfig(PluginSections):
     test_per_client: int | None = Field(
         None, ge=1, description="test images per client, drawn with its class proportions while the test split has images of each class (a warning says when not); null = test size / clients"
     )
+    test_set: Literal["own_classes", "whole_split"] = Field(
+        "own_classes",
+        description="what each client is scored on: own_classes = test images drawn with its class proportions "
+        "(test_per_client of them); whole_split = every image of the test split (after the client's rotation or "
+        "shift), so a shared model's score is its accuracy on the whole split, as NIID-Bench reports it",
+    )
     validation_fraction: float | None = Field(
         None,
         gt=0.0,
@@ -263,6 +269,16 @@ class PartitionConfig(PluginSections):
             raise ValueError(
                 "partition.test_per_client: natural_id tests each client on the held-out samples of its own ids; "
                 "remove the key (dataset.test_fraction sets the held-out share)"
+            )
+        if self.test_set == "whole_split" and self.test_per_client is not None:
+            raise ValueError(
+                "partition.test_per_client: with partition.test_set: whole_split every client is scored on the whole "
+                "test split; remove test_per_client, or set test_set: own_classes"
+            )
+        if self.test_set == "whole_split" and self.kind == "natural_id":
+            raise ValueError(
+                "partition.test_set: whole_split: natural_id tests each client on the held-out samples of its own ids; "
+                "remove the key"
             )
         if self.kind == "rotation" and len(self.angles) == 0:
             raise ValueError("partition.angles must list at least one angle in degrees")

@@ -46,9 +46,13 @@ def build_partition(
     test_by_class = indices_by_class(test_labels, num_classes)
     client_test_seeds = test_seed.spawn(config.num_clients)
 
+    whole_split = np.arange(test_labels.shape[0], dtype=np.int64)
+
     def test_indices(client: int, indices: np.ndarray) -> np.ndarray:
         if split.test_indices is not None:  # the partition chose them (a client's own held-out samples)
             return split.test_indices[client]
+        if config.test_set == "whole_split":
+            return whole_split.copy()
         return draw_client_test_indices(
             train_labels[indices], test_by_class, num_test, np.random.default_rng(client_test_seeds[client])
         )
@@ -67,7 +71,7 @@ def build_partition(
         clients = tuple(
             _hold_out_validation(client, train_labels, config.validation_fraction, seed, config.validation_draw) for client in clients
         )
-    return Partition(clients=clients, test_drawn_by_class=split.test_indices is None)
+    return Partition(clients=clients, test_drawn_by_class=split.test_indices is None and config.test_set == "own_classes")
 
 
 def _hold_out_validation(client: ClientData, train_labels: np.ndarray, fraction: float, seed: int, draw: int = 0) -> ClientData:
