@@ -18,7 +18,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.maths.server_optimizer import Moments
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.conftest import slow_beyond, tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
 runner = CliRunner()
@@ -64,21 +64,36 @@ def test_the_default_under_another_name_is_fine_for_a_method_that_shares_nothing
     assert result.exit_code == 0, result.output
 
 
-def scenario_with(protocol: dict[str, Any], method: str = "fedavg", seed: int = 7):
+def scenario_with(protocol: dict[str, Any], method: str = "fedavg", seed: int = 7, backend: str = "local"):
     return build_scenario(
         tiny_scenario(
             seed=seed,
             algorithm={"name": method},
             protocol={"rounds": 4, "participation": 0.5, **protocol},
-            runtime={"backend": "local", "num_cpus": 1},
+            runtime={"backend": "local", "num_cpus": 1} if backend == "local" else {"backend": backend},
             checkpoint={"every": 2},
         )
     )
 
 
-@pytest.mark.parametrize("protocol", [{"server_optimizer": ADAM}, {**FEDBUFF, "server_optimizer": ADAM}], ids=["sync", "fedbuff"])
-def test_a_run_with_adam_resumes_to_the_bits_of_the_uninterrupted_run(tmp_path: Path, protocol: dict[str, Any]) -> None:
-    scenario = scenario_with(protocol)
+ADAM_RESUME_CASES = [
+    ({"server_optimizer": ADAM}, "local"),
+    ({**FEDBUFF, "server_optimizer": ADAM}, "local"),
+    ({"server_optimizer": ADAM}, "ray"),
+]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "backend"),
+    slow_beyond(ADAM_RESUME_CASES, fast=ADAM_RESUME_CASES[:2]),
+    ids=["sync", "fedbuff", "sync-on-ray"],
+)
+def test_a_run_with_adam_resumes_to_the_bits_of_the_uninterrupted_run(
+    tmp_path: Path, protocol: dict[str, Any], backend: str, request: pytest.FixtureRequest
+) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    scenario = scenario_with(protocol, backend=backend)
     def moments_checkpointed(stopped: Path) -> None:  # checkpoint at round 2
         server = read_checkpoint(stopped)["server"]
         moments = server["server_moments"] if "version" in server else server["state"].server_moments["global/encoder"]
