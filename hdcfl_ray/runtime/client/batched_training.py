@@ -61,7 +61,7 @@ class TrainRequest:
     weights: ReplicaWeights | None = None
 
     @property
-    def proximal(self) -> BatchableRegulariser | None:
+    def batched_term(self) -> BatchableRegulariser | None:
         """The regulariser as data batched training reads (a ProximalPull or a LinearTerm)."""
         return self.regulariser if isinstance(self.regulariser, BatchableRegulariser) else None
 
@@ -277,14 +277,14 @@ def _train_group(requests: list[TrainRequest]) -> list[TrainStats]:
             params = {name: tensor.detach() for name, tensor in stacked_params.items()}
         data = _Concatenated(requests)
     targets = None
-    if first.proximal is not None:
-        targets = [torch.stack([request.proximal.targets[i] for request in requests]) for i in range(len(names))]  # type: ignore[union-attr]
+    if first.batched_term is not None:
+        targets = [torch.stack([request.batched_term.targets[i] for request in requests]) for i in range(len(names))]  # type: ignore[union-attr]
     # every client's SGD momentum (rows of the stacked parameters)
     momentum = {name: torch.zeros_like(params[name]) for name in trainable}
     loss_log = torch.empty(plan.log_length, dtype=torch.float32, device=device)
     was_training = skeleton.training
     skeleton.train()
-    state = _StackedState(skeleton, names, trainable, params, buffers, momentum, targets, first.optimizer_config, first.proximal)
+    state = _StackedState(skeleton, names, trainable, params, buffers, momentum, targets, first.optimizer_config, first.batched_term)
     run_steps(plan.groups, state, data, loss_log)
     skeleton.train(was_training)
     with torch.no_grad():  # each client's rows back into its model: one unbind per tensor, one copy for all
@@ -343,7 +343,7 @@ class _StackedState:
     momentum: dict[str, torch.Tensor]
     targets: list[torch.Tensor] | None
     config: OptimizerConfig
-    proximal: BatchableRegulariser | None
+    batched_term: BatchableRegulariser | None
 
 
 def run_steps(groups: list[_StepGroup], state: _StackedState, data: _Concatenated, loss_log: torch.Tensor) -> None:
@@ -357,7 +357,7 @@ def run_steps(groups: list[_StepGroup], state: _StackedState, data: _Concatenate
 
 def _step(state: _StackedState, data: _Concatenated, group: _StepGroup) -> torch.Tensor:
     """One SGD step of a group's clients (all of them, or the plan's rows), each on its
-    own batch of one size; returns their losses (the batch mean plus the proximal term)."""
+    own batch of one size; returns their losses (the batch mean plus the regulariser's term)."""
     rows = None if group.all_clients else group.rows
     names, trainable = state.names, state.trainable
 
@@ -370,7 +370,7 @@ def _step(state: _StackedState, data: _Concatenated, group: _StepGroup) -> torch
     live = {name: take(state.params[name]).detach().requires_grad_(name in trainable) for name in names}
     live_buffers = {name: take(buffer).clone() if rows is not None else buffer for name, buffer in state.buffers.items()}
     live_targets = None if state.targets is None else [take(target) for target in state.targets]
-    skeleton, proximal = state.skeleton, state.proximal
+    skeleton, batched_term = state.skeleton, state.batched_term
 
     def client_loss(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *extra: Any) -> torch.Tensor:
         logits = functional_call(skeleton, (p, b), (x,))
@@ -380,8 +380,8 @@ def _step(state: _StackedState, data: _Concatenated, group: _StepGroup) -> torch
         else:
             per_sample = nn.functional.cross_entropy(logits, y, reduction="none")
             loss = (per_sample * rest.pop(0)).mean()
-        if proximal is not None:
-            loss = loss + proximal.penalty([p[name] for name in names], rest.pop(0))
+        if batched_term is not None:
+            loss = loss + batched_term.penalty([p[name] for name in names], rest.pop(0))
         return loss
 
     extra: list[Any] = []
