@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from cli import app
 from hdcfl_ray.algorithms.fednova import DIRECTION, NORMALISER, FedNova
 from hdcfl_ray.algorithms.fedavg import GlobalModelState
 from hdcfl_ray.config.loading import build_scenario
@@ -22,10 +20,10 @@ from hdcfl_ray.maths.local_steps import momentum_step_count
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.training.local_training import MomentumSGD
+from tests.cli_exit import assert_refused
 from tests.conftest import tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
-runner = CliRunner()
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.5, 0.9])
@@ -101,11 +99,7 @@ def test_unequal_local_steps_move_off_fedavg() -> None:
 )
 def test_bad_input_exits_2_naming_the_key_and_the_fix(write_scenario, tmp_path, protocol, command, expected) -> None:
     path = write_scenario(tiny_scenario(algorithm={"name": "fednova"}, protocol=protocol))
-    args = [command, str(path)] + (["--out", str(tmp_path / "run"), "--quiet"] if command == "simulate" else [])
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    for fragment in expected:
-        assert fragment in result.output, f"{fragment!r} not in:\n{result.output}"
+    assert_refused(command, path, tmp_path, expected)
 
 
 def test_a_stopped_run_resumes_to_the_bits_of_the_uninterrupted_run(tmp_path: Path) -> None:

@@ -17,9 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from torch import nn
-from typer.testing import CliRunner
 
-from cli import app
 from hdcfl_ray.algorithms.scaffold import CONTROL, Scaffold, ScaffoldClient, ScaffoldParams
 from hdcfl_ray.algorithms.scaffold_control import linear_correction, parameter_masks, statistics_prescaled, updated_control
 from hdcfl_ray.config.loading import build_scenario
@@ -28,10 +26,10 @@ from hdcfl_ray.models.flat import FlatIndex
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
+from tests.cli_exit import assert_refused
 from tests.conftest import slow_beyond, tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
-runner = CliRunner()
 
 
 def bn_context() -> SimpleNamespace:
@@ -171,12 +169,7 @@ def test_the_recorded_bytes_are_twice_fedavgs_up_and_down(tmp_path: Path) -> Non
 )
 def test_bad_input_exits_2_naming_the_key_and_the_fix(write_scenario, tmp_path, protocol, command, expected) -> None:
     path = write_scenario(tiny_scenario(algorithm={"name": "scaffold"}, protocol=protocol))
-    args = [command, str(path)] + (["--out", str(tmp_path / "run"), "--quiet"] if command == "simulate" else [])
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    for fragment in expected:
-        assert fragment in result.output, f"{fragment!r} not in:\n{result.output}"
-    assert not (tmp_path / "run").exists()
+    assert_refused(command, path, tmp_path, expected)
 
 
 @pytest.mark.parametrize("backend", slow_beyond(["local", "ray"], fast={"local"}))

@@ -18,6 +18,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.maths.server_optimizer import Moments
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
+from tests.cli_exit import assert_refused
 from tests.conftest import slow_beyond, tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
@@ -50,12 +51,7 @@ FEDBUFF = {"mode": "async", "asynchronous": {"concurrency": 3, "aggregation": "f
 def test_bad_server_optimizer_exits_2_naming_the_key_and_the_fix(write_scenario, tmp_path, command, optimizer, sections, expected) -> None:
     others = {key: value for key, value in sections.items() if key != "protocol"}
     path = write_scenario(tiny_scenario(protocol={**sections.get("protocol", {}), "server_optimizer": optimizer}, **others))
-    args = [command, str(path)] + (["--out", str(tmp_path / "run"), "--quiet"] if command == "simulate" else [])
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    for fragment in expected:
-        assert fragment in result.output, f"{fragment!r} not in:\n{result.output}"
-    assert not (tmp_path / "run").exists()
+    assert_refused(command, path, tmp_path, expected)
 
 
 def test_the_default_under_another_name_is_fine_for_a_method_that_shares_nothing(write_scenario) -> None:
