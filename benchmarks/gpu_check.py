@@ -469,7 +469,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         print(f"error: unknown step(s) {unknown}; steps: {', '.join(STEPS)}", file=sys.stderr)
         return 2
     began = time.time()
-    total = sum(budgets.values()) if args.dry_run else TOTAL_BUDGET_S
+    total = sum(budgets.values()) if args.dry_run else (args.total_budget or TOTAL_BUDGET_S)
     report: dict[str, Any] = {"check": "hdcfl-ray gpu_check", "mode": "dry_run" if args.dry_run else "gpu", "command": " ".join(["python -m benchmarks.gpu_check", *sys.argv[1:]]),
                               "started": dt.datetime.now().isoformat(timespec="seconds"), "total_budget_s": total, "ok": None,
                               **{name: {"status": "pending" if name in chosen else "not_chosen", "budget_s": budgets[name],
@@ -480,7 +480,7 @@ def orchestrate(args: argparse.Namespace) -> int:
             budget = min(budgets[name], began + total - time.time() - GRACE_S)
             no_gpu = not args.dry_run and report["machine"].get("cuda_available") is False
             if budget < 10 or no_gpu:
-                report[name].update(status="skipped", error="no CUDA GPU" if no_gpu else "out of time (9-minute total)")
+                report[name].update(status="skipped", error="no CUDA GPU" if no_gpu else f"out of time ({total:.0f} s total)")
             else:
                 cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--step", name, "--step-file", f"{work}/{name}.json",
                        "--deadline", str(time.time() + budget), *(["--dry-run"] if args.dry_run else []),
@@ -515,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="the JSON (default: $OUT/gpu_check.json, else runs/gpu_check/gpu_check.json)")
     parser.add_argument("--cifar", default=None, help="the CIFAR-10 Parquet folder (train.parquet, test.parquet)")
     parser.add_argument("--steps", default=None, help=f"comma-separated subset of: {', '.join(STEPS)}")
+    parser.add_argument("--total-budget", type=float, default=None,
+                        help=f"seconds for all chosen steps together on the GPU (default {TOTAL_BUDGET_S}); for a lease with less time left")
     parser.add_argument("--step", choices=list(STEPS), help=argparse.SUPPRESS)  # the orchestrator's child processes
     parser.add_argument("--step-file", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
