@@ -157,6 +157,7 @@ def validate(
         _fail_bad_input(error)
     _print_notices(prepared.notices)
     dataset = prepared.dataset
+    scenario = prepared.scenario  # num_clients: all counted on the data
     print(
         f"{scenario_file}: valid. {scenario.algorithm.name} on {dataset.name} "
         f"({dataset.train_labels.shape[0]} train / {dataset.test_labels.shape[0]} test {dataset.sample_noun}, {dataset.num_classes} classes), "

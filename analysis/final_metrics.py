@@ -19,6 +19,7 @@ from analysis.run_traffic import run_traffic
 from analysis.provenance import run_provenance
 from analysis.runs import RunRecord
 from analysis.setting_groups import place_runs
+from analysis.trivial_record import recorded_references
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {
@@ -61,6 +62,9 @@ class RunMetrics:
     # the knobs pinned to a value chosen for another data setting (the manifest's
     # pinned_for_another_setting: hdcfl_ray/config/pinned_knobs.py), [] for none
     pinned_elsewhere: list[dict[str, Any]] = field(default_factory=list)
+    # what trivial predictors score on the run's scored samples (its manifest's
+    # trivial_references: analysis/trivial_record.py); None for a run without the record
+    trivial_references: dict[str, dict[str, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,28 +90,39 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values.update(run_traffic(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
         values.update(participation_split(run, int(final["round"])))
-        values["evaluated_fraction"] = evaluated_fraction(final, run.scenario)
+        values["evaluated_fraction"] = evaluated_fraction(final, run_client_count(run))
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)
-        values["num_clients"] = float((run.scenario.get("partition") or {}).get("num_clients") or math.nan)
+        count = run_client_count(run)
+        values["num_clients"] = float(count) if count is not None else math.nan
         # resumes that went on with the clients on other hosts (simulate --allow-layout-change)
         values["host_layout_changes"] = float(len(run.manifest.get("host_layout_changes") or []))
         scored_on = SCORED_ON_VALIDATION if run.scored_on_validation else SCORED_ON_TEST
         pinned = [item for item in run.manifest.get("pinned_for_another_setting") or [] if isinstance(item, dict)]
         records.append(
             RunMetrics(
-                run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs"), scored_on, pinned
+                run.setting, run.method, run.seed, values, run_provenance(run.manifest), run.manifest.get("auto_knobs"), scored_on, pinned,
+                trivial_references=recorded_references(run.manifest),
             )
         )
     return records
 
 
-def evaluated_fraction(final_round: dict[str, object], scenario: dict[str, object]) -> float:
+def run_client_count(run: Any) -> int | None:
+    """The run's number of clients: the scenario's count, or for `num_clients: all` the
+    count the manifest recorded (None where neither says)."""
+    partition = run.scenario.get("partition")
+    count = partition.get("num_clients") if isinstance(partition, dict) else None
+    if isinstance(count, int):
+        return count
+    recorded = (run.manifest.get("dataset") or {}).get("num_clients")
+    return recorded if isinstance(recorded, int) else None
+
+
+def evaluated_fraction(final_round: dict[str, object], num_clients: int | None) -> float:
     """The share of the federation the final evaluation scored (1.0 unless
     `protocol.eval_clients` sampled it; 1.0 for runs logged before the column)."""
     evaluated = final_round.get("num_evaluated")
-    partition = scenario.get("partition")
-    num_clients = partition.get("num_clients") if isinstance(partition, dict) else None
     if not isinstance(evaluated, int) or not isinstance(num_clients, int) or num_clients <= 0:
         return 1.0
     return evaluated / num_clients

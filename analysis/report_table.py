@@ -1,7 +1,8 @@
 """A report table as plain data: a title, a header and rows of cells, each cell with
-its value, its best / second-best mark and the flags that describe it, plus a note.
-The renderings (analysis/report_tables.py) turn the marks into bold and underline,
-the flags into a bracket after the value, and in CSV into columns of their own."""
+its value, its best / second-best / reference mark and the flags that describe it, plus
+a note. The renderings (analysis/report_tables.py) turn the marks into bold, underline
+and italics (a trivial reference row), the flags into a bracket after the value, and in
+CSV into columns of their own."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from dataclasses import dataclass, field
 from analysis.final_metrics import Cell
 
 BEST, SECOND = "best", "second"
+# a trivial reference row's cells (analysis/trivial_rows.py): shown in italics, never ranked
+REFERENCE = "reference"
 
 
 @dataclass
 class Text:
     value: str
-    mark: str = ""  # BEST | SECOND | ""
+    mark: str = ""  # BEST | SECOND | REFERENCE | ""
     # warnings on this cell (analysis/row_flags.py), each a rule's name with its detail
     flags: tuple[str, ...] = ()
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable
 
 from hdcfl_ray.errors import ScenarioError
 
 from analysis.auto_choice import chosen_by_note
 from analysis.participation_split import DIFFERENCE, NON_PARTICIPANTS, PARTICIPANTS
 from analysis.provenance import mark_across_machines, provenance_note
-from analysis.report_table import BEST, SECOND, ReportTable, Text, percent as _percent, with_std as _with_std
+from analysis.report_table import BEST, REFERENCE, SECOND, ReportTable, Text, percent as _percent, with_std as _with_std
+from analysis.trivial_rows import TABLE_METRICS as TRIVIAL_TABLES, macro_reference_rows, reference_note, reference_rows
 from analysis.verdict import RULE, paired_verdict
 from analysis.row_flags import cell_flags, evidence_flags, flag_note, row_flags
 from analysis.final_metrics import (
@@ -75,9 +77,11 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
         if with_macro:
             row.append(Text(_percent(macro[method], scale)))
         result.rows.append(row)
+    result.rows += reference_rows(records, metric, settings, with_rank, with_macro)  # italic, below the methods, never ranked
     seeds = sorted({r.seed for r in records})
     notes = [f"{len(records)} runs; seeds {', '.join(map(str, seeds))}. Bold: best per setting; underlined: second best."]
     notes.append(_missing_note(records, metric) if (with_rank or with_macro) else "")
+    notes.append(reference_note(records) if metric in TRIVIAL_TABLES else "")
     notes.append(flag_note(cell.flags for row in result.rows for cell in row))
     result.note = " ".join(note for note in notes if note)
     return result
@@ -119,11 +123,13 @@ def macro_table(records: list[RunMetrics]) -> ReportTable:
         result.rows.append(
             [Text(method, flags=behind), *[Text(_percent(averages[m][method], 100.0)) for _, m in columns], Text(_rank(tails[method]))]
         )
+    result.rows += macro_reference_rows(records, [metric for _, metric in columns])
     result.note = " ".join(
         note
         for note in (
             "Tail rank: each method's rank in worst, bottom-20% and gap, averaged over those three and over settings.",
             _missing_note(records, "mean_accuracy"),
+            reference_note(records),
             flag_note(row[0].flags for row in result.rows),
         )
         if note
@@ -445,6 +451,8 @@ def _markdown_cell(cell: Text) -> str:
         return f"**{cell.shown}**"
     if cell.mark == SECOND:
         return f"<u>{cell.shown}</u>"
+    if cell.mark == REFERENCE:
+        return f"*{cell.shown}*"
     return cell.shown
 
 
@@ -483,6 +491,8 @@ def _latex_cell(cell: Text) -> str:
         return f"\\textbf{{{text}}}"
     if cell.mark == SECOND:
         return f"\\underline{{{text}}}"
+    if cell.mark == REFERENCE:
+        return f"\\textit{{{text}}}"
     return text
 
 
@@ -524,6 +534,14 @@ def to_rich(tables: list[ReportTable]) -> list:
         for column in table.header:
             rich_table.add_column(escape(column), justify="left" if column == "Method" else "right")
         for row in table.rows:
-            rich_table.add_row(*[f"[bold]{escape(c.shown)}[/]" if c.mark == BEST else f"[underline]{escape(c.shown)}[/]" if c.mark == SECOND else escape(c.shown) for c in row])
+            rich_table.add_row(*[_rich_cell(cell, escape) for cell in row])
         rendered.append(rich_table)
     return rendered
+
+
+_RICH_STYLES = {BEST: "bold", SECOND: "underline", REFERENCE: "italic"}
+
+
+def _rich_cell(cell: Text, escape: Callable[[str], str]) -> str:
+    style = _RICH_STYLES.get(cell.mark)
+    return f"[{style}]{escape(cell.shown)}[/]" if style else escape(cell.shown)

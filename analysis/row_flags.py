@@ -1,7 +1,8 @@
 """Warnings a report prints on its cells, so that a table copied into a paper
 carries them: a clustered method that collapsed, a method far below Local, a
 row with fewer seeds than the others, figures scored on a sample of the clients, a
-knob pinned to a value chosen for another setting.
+knob pinned to a value chosen for another setting, a method not above a trivial
+reference (analysis/trivial_rows.py).
 
 Each flag follows a stated rule over the runs behind a setting's row
 (FLAG_RULES), and every table that shows a flag repeats its rule in its note. A
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from statistics import mean, stdev
 
 from analysis.final_metrics import RunMetrics
+from analysis.trivial_rows import TRIVIAL_FLAG, TRIVIAL_RULE, trivial_flags
 
 # a mean normalised membership entropy at or above this is "uniform": every client
 # spreads its weight almost evenly over the method's clusters
@@ -29,6 +31,7 @@ FLAG_RULES = {
     "uniform memberships": f"collapsed: mean normalised membership entropy >= {UNIFORM_ENTROPY} (every client spread evenly over the clusters; in at least one seed)",
     "worst client 0%": "the worst client scored 0% in at least one seed",
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
+    TRIVIAL_FLAG: TRIVIAL_RULE,
     "fewer seeds": "fewer seeds than the most any method has in this setting",
     "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
     "host layout changed": "a batched run was resumed with its clients on other hosts (simulate --resume --allow-layout-change), so from then on they trained in other batches than an uninterrupted run's; its numbers are not that run's bits (in at least one seed)",
@@ -37,7 +40,7 @@ FLAG_RULES = {
 }
 # the one metric a flag is defined on; a flag not named here describes the runs behind a
 # row (how they grouped, how many there are, how many clients they scored) and marks every metric
-FLAG_METRICS = {"worst client 0%": "worst_accuracy", "below Local": "mean_accuracy"}
+FLAG_METRICS = {"worst client 0%": "worst_accuracy", "below Local": "mean_accuracy", TRIVIAL_FLAG: "mean_accuracy"}
 # the flags that say how much evidence is behind a number, which every table derived from
 # the runs (macro averages, paired differences, gains) repeats
 EVIDENCE_FLAGS = ("fewer seeds", "sampled evaluation", "host layout changed", "pinned for another setting")
@@ -49,6 +52,7 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
     for record in records:
         grouped.setdefault((record.setting, record.method), []).append(record)
     most_seeds = {setting: max(len(runs) for (s, _), runs in grouped.items() if s == setting) for setting, _ in grouped}
+    not_above_trivial = trivial_flags(records)
     flags: dict[tuple[str, str], list[str]] = {}
     for (setting, method), runs in grouped.items():
         found = []
@@ -64,6 +68,8 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
         local = grouped.get((setting, LOCAL))
         if method != LOCAL and local and _below(runs, local):
             found.append("below Local")
+        if (setting, method) in not_above_trivial:
+            found.append(not_above_trivial[(setting, method)])
         if len(runs) < most_seeds[setting]:
             found.append(f"fewer seeds ({len(runs)} of {most_seeds[setting]})")
         sampled = [_value(r, "evaluated_fraction") for r in runs if _value(r, "evaluated_fraction") < 1.0]

@@ -71,7 +71,7 @@ class Run:
         return str(self.manifest.get("status", "unknown"))
 
     def table(self, name: str) -> "pa.Table":
-        """One of the run's tables: clients, rounds, refresh, updates, events (docs/logs.md)."""
+        """One of the run's tables: clients, rounds, refresh, updates, events, newcomers (docs/logs.md)."""
         from hdcfl_ray.logs.schemas import TABLE_SCHEMAS
         from hdcfl_ray.logs.table_writer import read_table
 

@@ -24,6 +24,7 @@ STREAM_TAGS: dict[str, int] = {
     "async_dispatch": 0xA5C,  # the idle client the asynchronous server dispatches (keys: dispatch)
     "clock": 0xC10C,  # client speeds and delays of the virtual clock (no keys)
     "batches": 0x7EA1,  # a client's batch order in one round (keys: client, round)
+    "augmentation": 0xA6E7,  # a client's training-time crops and flips in one round (keys: client, round)
     "client": 0xC11E,  # a method's client-side draws (keys: client, round; sub: the method's own stream)
     "fedsoft_selection": 0x50F7,  # FedSoft's per-centre client draws (keys: round)
     "ifca_assignment": 0x1FCA,  # the fixed subset IFCA scores cluster models on (keys: client)
@@ -31,9 +32,11 @@ STREAM_TAGS: dict[str, int] = {
     "kmeans": 0x6EA5,  # HDC-FL's k-means at a refresh (keys: refresh)
     "pretrain_pool": 0x9001,  # which training images the pretraining pool holds (seed: dataset.pretrain_pool_seed)
     "validation_split": 0x7A11,  # which training images each client holds out for validation (keys: client)
+    "sample_split": 0x5A5B,  # which windows a speaking role of shakespeare_plays holds out as its test set (keys: a digest of the role)
     "feature_shift": 0xFE5F,  # the noise of a client's feature shift (keys: client, split 0 train / 1 test)
     "pretrain": 0x97E7,  # `hdcfl-ray pretrain`'s batch order and rotations (keys: epoch)
     "eval_clients": 0xE7A1,  # the clients protocol.eval_clients scores at every evaluated round (no keys)
+    "newcomers": 0x9E3C,  # which clients partition.newcomers holds out of training (no keys)
 }
 
 

@@ -183,7 +183,7 @@ def leaf_file(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
 
     def samples(count: int) -> dict[str, list[Any]]:
-        return {"x": rng.random((count, 16)).round(3).tolist(), "y": [index % 3 for index in range(count)]}
+        return {"x": rng.random((count, 784)).round(3).tolist(), "y": [index % 3 for index in range(count)]}
 
     users = ["f0001", "", "f0002", None, "f0003"]
     user_data = {"f0001": samples(6), "": samples(5), "f0002": samples(6), "f0003": samples(6)}

@@ -67,7 +67,9 @@ def test_a_method_missing_a_setting_has_no_macro_value_or_rank(runs: Path) -> No
 
     header, by_method = rows_of(blocks[0])  # table 1's form: one column per setting, then the rank and the marks
     assert header[-4:] == ["Avg. rank ↓", "Best in", "Second best in", "Flagged cells"]
-    assert set(by_method) == {"fedavg_se", "hdcfl", "pacfl"}
+    # the methods, then the trivial reference rows (tests/test_trivial_reference.py), never ranked
+    assert set(by_method) == {"fedavg_se", "hdcfl", "pacfl", "reference: majority class (pooled)", "reference: majority class (own)"}
+    assert by_method["reference: majority class (pooled)"]["Avg. rank ↓"] == "-"
     assert by_method["fedavg_se"]["Avg. rank ↓"] == "-" and by_method["pacfl"]["Avg. rank ↓"] == "-"
     assert by_method["hdcfl"]["Avg. rank ↓"] != "-"  # the one method run in every setting keeps its rank
     macro_header, macro = rows_of(next(block for block in blocks if "table 2 form" in block[0][0]))

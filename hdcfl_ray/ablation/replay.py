@@ -27,6 +27,7 @@ from hdcfl_ray.runtime.server.sampling import evaluation_sample
 from hdcfl_ray.ablation.recorded_run import with_recorded_choices, written_scenario
 from hdcfl_ray.config.loading import parse_override, scenario_to_yaml
 from hdcfl_ray.config.methods import build_algorithm
+from hdcfl_ray.data.partitions.newcomers import scenario_newcomers
 from hdcfl_ray.contract import RefreshSummary
 from hdcfl_ray.errors import ScenarioError, failure_text
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
@@ -40,6 +41,7 @@ from hdcfl_ray.runtime.initial_model import initial_parameters
 from hdcfl_ray.runtime.backends.local_host import local_host
 from hdcfl_ray.runtime.server.messages import EvalReport
 from hdcfl_ray.runtime.preflight import PreparedRun, prepare_run
+from hdcfl_ray.runtime.trivial_references import RECORD_KEY as TRIVIAL_REFERENCES, trivial_reference_record
 
 # What to do when a knob is `auto` and the run recorded no choice (a manifest lost or
 # written before the run chose): any value of a server-side knob can be replayed.
@@ -95,6 +97,8 @@ def ablate_run(run_dir: Path, overrides: list[str], out_dir: Path) -> Path:
             "arithmetic": arithmetic_facts(scenario.runtime.portable),
             # the images it scores, as the run's own: the test split, or images held out of training
             "dataset": {"scored_on": "validation" if scenario.partition.validation_fraction is not None else "test"},
+            # the same clients scored on the same samples as the run: its trivial references
+            TRIVIAL_REFERENCES: trivial_reference_record(prepared),
         },
     )
     try:
@@ -139,7 +143,8 @@ def _replay(prepared: PreparedRun, refreshes: list[SavedRefresh], out_dir: Path,
     true_groups = partition.true_groups()
     writer = TableWriter(out_dir)
     # the clients the run scored (protocol.eval_clients: all, or its seeded sample)
-    scored_clients = evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed)
+    # (never its newcomers: a replay rescores the clients table, not newcomers.parquet)
+    scored_clients = evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed, scenario_newcomers(scenario))
     previous_groups: dict[int, int] | None = None
     for position, saved in enumerate(refreshes):
         round_started = time.perf_counter()

@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import Field
 
 from hdcfl_ray.algorithms.fedavg import FedAvg
+from hdcfl_ray.algorithms.newcomer_training import fine_tuned
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, Section, ServerOptimizerConfig, Upload
 
 # numpy_rng stream of APFL's batch order (kept apart from other client-side draws)
@@ -118,7 +119,7 @@ class APFL(FedAvg):
             order = torch.as_tensor(rng.permutation(count), dtype=torch.long, device=labels.device)
             for start in range(0, count, batch):
                 index = order[start : start + batch]
-                x, y = inputs[index], labels[index]
+                x, y = ctx.training_batch(inputs[index]), labels[index]
                 w = {name: t.requires_grad_(True) for name, t in shared.items()}
                 loss_w = nn.functional.cross_entropy(functional_call(model, w, (x,)), y)
                 grads_w = torch.autograd.grad(loss_w, list(w.values()))
@@ -165,6 +166,15 @@ class APFL(FedAvg):
             headline="personalized",
         )
 
+    # ---- newcomers (partition.newcomers): the global model fine-tuned, mixed at alpha_init ----
+    def evaluate_newcomer(self, ctx: ClientContext, state: APFLClient, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        global_model: ModelParams = objects["global"]
+        personal = fine_tuned(ctx, global_model, epochs)
+        return EvalResult(
+            references={"personalized": ctx.score(mixture(personal, global_model, state.alpha)), "global": ctx.score(global_model)},
+            headline="personalized",
+        )
+
 
 METHOD = MethodSpec(
     name="apfl",
@@ -172,4 +182,6 @@ METHOD = MethodSpec(
     params=APFLParams,
     build=lambda params, run: APFL(params, run.server_optimizer),
     applies_server_optimizer=True,
+    newcomer_rule="the mixture alpha_init v + (1 - alpha_init) w of the global model w and v = w fine-tuned whole for "
+    "protocol.newcomer_epochs epochs (plain cross-entropy, not APFL's joint step)",
 )

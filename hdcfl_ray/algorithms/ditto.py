@@ -187,15 +187,16 @@ class Ditto(FedAvg):
         return upload, new_state
 
     def _train_personal(
-        self, ctx: ClientContext, start: ModelParams, downloaded: ModelParams, strength: float, data: Any
+        self, ctx: ClientContext, start: ModelParams, downloaded: ModelParams, strength: float, data: Any, epochs: int | None = None
     ) -> tuple[ModelParams, float]:
         """One personal model trained from `start` with pull `strength` on `data` (None:
-        the whole training data); its mean loss, NaN if the training diverged."""
+        the whole training data) for `epochs` (None: personal_epochs); its mean loss, NaN if
+        the training diverged."""
         regulariser = None
         if strength > 0:
             regulariser = proximal_regulariser(ctx, [downloaded], np.ones(1), strength)
         ctx.load(start)
-        stats = ctx.train(epochs=self.params.personal_epochs, regulariser=regulariser, data=data)
+        stats = ctx.train(epochs=self.params.personal_epochs if epochs is None else epochs, regulariser=regulariser, data=data)
         personal = ctx.snapshot()
         # v_k never travels, so the runtime's check of uploads cannot see it: a diverged personal
         # training reports a NaN loss, and the runtime then refuses the whole update (v_k included)
@@ -203,7 +204,7 @@ class Ditto(FedAvg):
         return personal, float("nan") if diverged else stats.mean_loss
 
     def _train_candidates(
-        self, ctx: ClientContext, state: DittoClient, downloaded: ModelParams
+        self, ctx: ClientContext, state: DittoClient, downloaded: ModelParams, epochs: int | None = None
     ) -> tuple[DittoClient, dict[str, float]]:
         """Every candidate's v_k trained on the training share, the best on the validation share chosen."""
         lambdas = self.params.lambda_candidates
@@ -215,7 +216,7 @@ class Ditto(FedAvg):
         training, validation = self.split(ctx)
         trained, losses = [], []
         for start, strength in zip(starts, lambdas):
-            personal, loss = self._train_personal(ctx, start, downloaded, strength, data=training)
+            personal, loss = self._train_personal(ctx, start, downloaded, strength, data=training, epochs=epochs)
             trained.append(personal)
             losses.append(loss)
         scores = [ctx.score(personal, data=validation) for personal in trained]
@@ -262,6 +263,18 @@ class Ditto(FedAvg):
             headline="personalized",
         )
 
+    # ---- newcomers (partition.newcomers): a personal model from the global one, for the budget ----
+    def evaluate_newcomer(self, ctx: ClientContext, state: DittoClient, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        """v starts from the downloaded global model (the shared part) and trains `epochs` epochs on
+        Ditto's personal objective, lambda chosen as a trained client chooses it."""
+        downloaded: ModelParams = objects["global"]
+        personal = downloaded
+        if epochs > 0 and self.params.lambda_selection == "fixed":
+            personal, _ = self._train_personal(ctx, downloaded, downloaded, self.params.proximal, data=None, epochs=epochs)
+        elif epochs > 0:
+            personal = self._train_candidates(ctx, DittoClient(model=downloaded), downloaded, epochs=epochs)[0].model
+        return EvalResult(references={"personalized": ctx.score(personal), "global": ctx.score(downloaded)}, headline="personalized")
+
 
 METHOD = MethodSpec(
     name="ditto",
@@ -269,4 +282,6 @@ METHOD = MethodSpec(
     params=DittoParams,
     build=lambda params, run: Ditto(params, run.server_optimizer),
     applies_server_optimizer=True,
+    newcomer_rule="a personal model from the global model, trained for protocol.newcomer_epochs epochs on Ditto's "
+    "objective CE + (lambda/2)||v - w||^2 (lambda fixed, or chosen per client on its validation share)",
 )

@@ -30,6 +30,7 @@ from pydantic import Field
 from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.newcomer_training import fine_tuned
 from hdcfl_ray.algorithms.fedala_weights import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 
@@ -135,6 +136,16 @@ class FedALA(AlgorithmDefaults):
         references["personalized"] = ctx.score(outcome.initial)
         return EvalResult(references=references, headline="personalized")
 
+    # ---- newcomers (partition.newcomers): ALA has no local model to blend, so the global model, fine-tuned ----
+    def newcomer_task(self, state: FedALAServerState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        global_model: ModelParams = objects["global"]
+        references = {"global": ctx.score(global_model)}
+        references["personalized"] = ctx.score(fine_tuned(ctx, global_model, epochs))
+        return EvalResult(references=references, headline="personalized")
+
 
 METHOD = MethodSpec(
     name="fedala",
@@ -142,4 +153,6 @@ METHOD = MethodSpec(
     params=FedALAParams,
     build=lambda params, run: FedALA(params, run),
     applies_server_optimizer=True,
+    newcomer_rule="the global model (a newcomer has no local model for ALA to blend), fine-tuned whole for "
+    "protocol.newcomer_epochs epochs",
 )

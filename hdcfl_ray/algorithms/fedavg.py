@@ -76,6 +76,17 @@ class FedAvg(AlgorithmDefaults):
     def evaluate(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references={"global": ctx.score(objects["global"])}, headline="global")
 
+    # ---- newcomers (partition.newcomers): scored with the global model, as every client is ----
+    def newcomer_task(self, state: GlobalModelState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: Any, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        return EvalResult(references={"global": ctx.score(objects["global"])}, headline="global")
+
+
+# the newcomer rule of FedAvg and of the methods that score every client with its global model
+GLOBAL_MODEL_RULE = "the global model as it stands, untrained (every client's model)"
+
 
 METHOD = MethodSpec(
     name="fedavg",
@@ -83,4 +94,5 @@ METHOD = MethodSpec(
     build=lambda _params, run: FedAvg(run.server_optimizer),
     applies_server_optimizer=True,
     asynchronous=True,
+    newcomer_rule=GLOBAL_MODEL_RULE,
 )

@@ -18,6 +18,7 @@ from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, ServerOptimizerConfig, Upload
 from hdcfl_ray.algorithms.shared_encoder_scores import shared_encoder_scores
+from hdcfl_ray.algorithms.newcomer_training import newcomer_head
 from hdcfl_ray.hdcfl.encoder_store import CachePrecision, CacheStorage, DiskEncoderStore, resolve_storage
 
 
@@ -147,11 +148,23 @@ class FedAvgSE(AlgorithmDefaults):
     def evaluate(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references=self.shared_encoder_references(ctx, state, task, objects), headline="global")
 
+    # ---- newcomers (partition.newcomers): a head trained on the frozen global encoder ----
+    def newcomer_task(self, state: SharedEncoderState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        head = newcomer_head(ctx, objects["global"], state.head, epochs)
+        return EvalResult(references=shared_encoder_scores(ctx, head, objects["global"], None), headline="global")
+
     @staticmethod
     def shared_encoder_references(ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> dict[str, Any]:
         own_upload = task.payload.get("own_upload")
         wanted = own_upload is not None and ctx.protocol.eval_local_reference
         return shared_encoder_scores(ctx, state.head, objects["global"], own_upload["encoder"] if wanted else None)
+
+
+# the newcomer rule of the methods that score a client with the global encoder and its own head
+SHARED_ENCODER_RULE = "the global encoder and a head trained on it, encoder frozen, for protocol.newcomer_epochs epochs"
 
 
 METHOD = MethodSpec(
@@ -160,4 +173,5 @@ METHOD = MethodSpec(
     build=lambda _params, run: FedAvgSE(server_optimizer=run.server_optimizer),
     applies_server_optimizer=True,
     asynchronous=True,
+    newcomer_rule=SHARED_ENCODER_RULE,
 )

@@ -28,6 +28,7 @@ from pydantic import Field
 from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.newcomer_training import fine_tuned
 from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, OptimizerConfig, RoundNotes, RunInfo, Section, Upload
 
 
@@ -121,6 +122,16 @@ class FedBABU(AlgorithmDefaults):
         references["personalized"] = ctx.score()
         return EvalResult(references=references, headline="personalized")
 
+    # ---- newcomers (partition.newcomers): FedBABU's fine-tuning, for the newcomer budget ----
+    def newcomer_task(self, state: FedBABUState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=("global",))
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        shared: ModelParams = objects["global"]
+        references = {"global": ctx.score(shared)}
+        references["personalized"] = ctx.score(fine_tuned(ctx, shared, epochs, optimizer=self.finetune_optimizer))
+        return EvalResult(references=references, headline="personalized")
+
 
 METHOD = MethodSpec(
     name="fedbabu",
@@ -128,4 +139,6 @@ METHOD = MethodSpec(
     params=FedBABUParams,
     build=lambda params, run: FedBABU(params, run),
     applies_server_optimizer=True,
+    newcomer_rule="the global encoder and h_0, the whole model fine-tuned for protocol.newcomer_epochs epochs with FedBABU's "
+    "fine-tuning optimiser (finetune_lr, finetune_momentum, finetune_weight_decay)",
 )

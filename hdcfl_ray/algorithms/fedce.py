@@ -324,6 +324,13 @@ class FedCE(AlgorithmDefaults):
             memberships=tuple(float(p) for p in mixing),
         )
 
+    # ---- newcomers (partition.newcomers): FedCE's own evaluation from a uniform membership ----
+    def newcomer_task(self, state: FedCEState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=self.names)
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        return self.evaluate(ctx, state, task, objects, final=False)
+
 
 METHOD = MethodSpec(
     name="fedce",
@@ -334,4 +341,5 @@ METHOD = MethodSpec(
     extra_models="clusters",
     # as docs/calibration.md chose them by hand: S first (at T = 4), then T at the chosen S
     auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True, beyond=doubled_count), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),
+    newcomer_rule="its membership by EM on its training data from uniform weights, and that ensemble of the components (FedCE's evaluation), untrained",
 )

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.algorithms.fedavg import FedAvg, GlobalModelState
+from hdcfl_ray.algorithms.fedavg import GLOBAL_MODEL_RULE, FedAvg, GlobalModelState
 from hdcfl_ray.contract import ClientContext, ClientTask, MethodSpec, ModelParams, NoParams, RoundNotes, Upload
 from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.maths.local_steps import momentum_step_count, sgd_only
@@ -98,4 +98,5 @@ METHOD = MethodSpec(
     build=lambda _params, run: FedNova(run.server_optimizer),
     check=lambda _params, run: sgd_only("fednova", run.client_optimizer.name),
     applies_server_optimizer=True,
+    newcomer_rule=GLOBAL_MODEL_RULE,
 )

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.fedavg import FedAvg
+from hdcfl_ray.algorithms.fedavg import GLOBAL_MODEL_RULE, FedAvg
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
 from hdcfl_ray.contract import AutoKnob, tenfold, ClientContext, ClientTask, MethodSpec, Section, ServerOptimizerConfig, Upload
 
@@ -66,4 +66,5 @@ METHOD = MethodSpec(
     build=lambda params, run: FedProx(params, run.server_optimizer),
     applies_server_optimizer=True,
     auto_knobs=(AutoKnob("mu", (0.001, 0.01, 0.1, 1.0), beyond=tenfold),),
+    newcomer_rule=GLOBAL_MODEL_RULE,
 )

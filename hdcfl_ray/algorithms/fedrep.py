@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from pydantic import Field
 
 from hdcfl_ray.algorithms.defaults import PrivateHead
-from hdcfl_ray.algorithms.fedavg_se import FedAvgSE
+from hdcfl_ray.algorithms.fedavg_se import SHARED_ENCODER_RULE, FedAvgSE
 from hdcfl_ray.contract import ClientContext, ClientTask, MethodSpec, ModelParams, RunInfo, Section, Upload
 
 
@@ -77,4 +77,6 @@ METHOD = MethodSpec(
     build=lambda params, run: FedRep(params, run),
     applies_server_optimizer=True,
     asynchronous=True,
+    # FedRep's own protocol for a new client: its head on the frozen representation (FedAvg-SE's hooks)
+    newcomer_rule=SHARED_ENCODER_RULE,
 )

@@ -36,6 +36,8 @@ Choices made here, each documented where it acts:
   should tie w_k to the centres depends on the data and the model. It is chosen
   per setting with `hdcfl-ray calibrate` on held-out validation data
   (docs/calibration.md), like the other methods' data-dependent knobs.
+- Newcomers (partition.newcomers) never train: their n_k is 0, so they carry no weight in
+  any centre (v_{s,k} = 0); `evaluate_newcomer` places one by its own importance estimate.
 - The proximal term covers model parameters only; BatchNorm running statistics
   are not pulled, but they are averaged into the centres with everything else.
 """
@@ -54,6 +56,7 @@ from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
+from hdcfl_ray.algorithms.newcomer_training import fine_tuned
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
 from hdcfl_ray.contract import AutoKnob, doubled_count, tenfold, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
 from hdcfl_ray.errors import ScenarioError
@@ -121,6 +124,7 @@ class FedSoft(AlgorithmDefaults):
         self.seed = run.seed
         self.server_optimizer = run.server_optimizer
         self.independent_inits = params.centers
+        self.newcomers = run.newcomers  # never train: no weight in any centre
 
     def is_importance_round(self, round_index: int) -> bool:
         return round_index == 1 or round_index % self.params.importance_every == 0
@@ -136,6 +140,7 @@ class FedSoft(AlgorithmDefaults):
         centres = self.params.centers
         importance = np.full((num_clients, centres), 1.0 / centres)
         num_samples = np.ones(num_clients)
+        num_samples[list(self.newcomers)] = 0.0  # v_{s,k} = 0: a newcomer's model never enters a centre
         return FedSoftState(
             centres=[ModelParams(np.array(m.encoder, dtype=np.float32), np.array(m.head, dtype=np.float32)) for m in independent],
             num_clients=num_clients,
@@ -281,6 +286,28 @@ class FedSoft(AlgorithmDefaults):
             memberships=tuple(float(u) for u in importance),
         )
 
+    # ---- newcomers (partition.newcomers): its importance from the centres' losses, then FedSoft's pull ----
+    def newcomer_task(self, state: FedSoftState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=self.centre_names())
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        """u from the per-centre losses on its training data (FedSoft's importance estimate, the
+        probe every client answers); its model starts from the centre of largest u and trains
+        `epochs` epochs on FedSoft's objective, the proximal pull towards every centre weighted by u."""
+        centres = [objects[name] for name in task.models]
+        importance = np.asarray(self.probe(ctx, state, task, objects)["importance"], dtype=np.float64)
+        dominant = int(np.argmax(importance))
+        regulariser = None
+        if epochs > 0 and self.params.proximal > 0:
+            regulariser = proximal_regulariser(ctx, centres, importance, self.params.proximal)
+        model = fine_tuned(ctx, centres[dominant], epochs, regulariser=regulariser)
+        return EvalResult(
+            references={"personalized": ctx.score(model)},
+            headline="personalized",
+            group=dominant,
+            memberships=tuple(float(u) for u in importance),
+        )
+
 
 METHOD = MethodSpec(
     name="fedsoft",
@@ -294,4 +321,6 @@ METHOD = MethodSpec(
         AutoKnob("proximal", (0.001, 0.01, 0.1), beyond=tenfold),
         AutoKnob("centers", (2, 4, 10), placeholder=3, counts_models=True, beyond=doubled_count),
     ),
+    newcomer_rule="importance weights from the centres' per-sample losses on its training data; a model from the centre "
+    "of largest weight, trained for protocol.newcomer_epochs epochs with the proximal pull towards the weighted centres",
 )

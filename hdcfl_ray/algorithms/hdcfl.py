@@ -16,8 +16,10 @@ from pydantic import Field
 
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
+from hdcfl_ray.algorithms.newcomer_training import newcomer_head
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
 from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, ServerOptimizerConfig, Upload, doubled_count
+from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
 from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
 
 
@@ -62,6 +64,8 @@ class Personalisation:
     memberships: dict[int, np.ndarray]  # client id -> (G,)
     group_labels: dict[int, int]
     refresh_round: int
+    # what places a newcomer's head among the groups (kept only in a run with partition.newcomers)
+    geometry: GroupGeometry | None = None
 
 
 @dataclass
@@ -72,11 +76,19 @@ class HDCFLState(SharedEncoderState):
 class HDCFL(FedAvgSE):
     name = "hdcfl"
 
-    def __init__(self, params: HDCFLParams, rounds: int, seed: int, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+    def __init__(
+        self,
+        params: HDCFLParams,
+        rounds: int,
+        seed: int,
+        server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
+        keep_geometry: bool = False,
+    ) -> None:
         super().__init__(
             cache=params.cache, cache_precision=params.cache_precision, cache_dir=params.cache_dir, server_optimizer=server_optimizer
         )
         self.params = params
+        self.keep_geometry = keep_geometry  # a run with newcomers places them with each refresh's geometry
         self.rounds = rounds
         self.seed = seed
         self.activation_round = params.activation_round or default_activation_round(rounds)
@@ -119,6 +131,7 @@ class HDCFL(FedAvgSE):
             memberships=dict(summary.memberships),
             group_labels=dict(summary.group_labels),
             refresh_round=round_index,
+            geometry=result.geometry if self.keep_geometry else None,
         )
         return RoundNotes(refresh=summary)
 
@@ -154,6 +167,32 @@ class HDCFL(FedAvgSE):
             mix=self.params.mix,
         )
 
+    # ---- newcomers (partition.newcomers): its head, placed among the last refresh's groups ----
+    def newcomer_task(self, state: HDCFLState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        personalisation = state.personalisation
+        if personalisation is None or personalisation.geometry is None:  # before the first refresh: the global encoder
+            return ClientTask(models=("global",))
+        return ClientTask(models=("global", "prototypes"), payload={"geometry": personalisation.geometry})
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        """A head trained on the frozen global encoder (as FedAvg-SE's newcomer), its descriptor and
+        memberships against the last refresh's groups (`place_head`, as the refresh placed the
+        cached heads), and the mixture of prototypes those memberships give, scored with that head
+        (as a grouped client is)."""
+        head = newcomer_head(ctx, objects["global"], state.head, epochs)
+        geometry = task.payload.get("geometry")
+        placement = None if geometry is None else place_head(geometry, head)
+        return hdcfl_evaluation(
+            ctx,
+            head,
+            objects["global"],
+            own_encoder=None,
+            prototypes=objects.get("prototypes"),
+            membership=None if placement is None else placement.memberships,
+            group=None if placement is None else placement.group,
+            mix=self.params.mix,
+        )
+
 
 def _check(params: HDCFLParams, run: RunInfo) -> str | None:
     activation = params.activation_round
@@ -178,11 +217,15 @@ METHOD = MethodSpec(
     name="hdcfl",
     summary="HDC-FL: groups read off the private heads, each client scored with a soft mixture of encoder prototypes",
     params=HDCFLParams,
-    build=lambda params, run: HDCFL(params, rounds=run.rounds, seed=run.seed, server_optimizer=run.server_optimizer),
+    build=lambda params, run: HDCFL(
+        params, rounds=run.rounds, seed=run.seed, server_optimizer=run.server_optimizer, keep_geometry=bool(run.newcomers)
+    ),
     applies_server_optimizer=True,
     asynchronous=True,
     check=_check,
     # G changes what the server makes of the heads at a refresh, never what a client trains
     auto_knobs=(AutoKnob("groups", (2, 3, 4, 6, 8), counts_models=True, beyond=doubled_count, server_side=True),),
     shortened=_shortened,
+    newcomer_rule="a head trained on the frozen global encoder for protocol.newcomer_epochs epochs, its memberships "
+    "against the last refresh's groups, and that mixture of prototypes with the head (the global encoder before a refresh)",
 )

@@ -157,6 +157,13 @@ class IFCA(AlgorithmDefaults):
         chosen = self._assign(ctx, models)
         return EvalResult(references={"personalized": ctx.score(models[chosen])}, headline="personalized", group=chosen)
 
+    # ---- newcomers (partition.newcomers): IFCA's own assignment, as at every evaluation ----
+    def newcomer_task(self, state: IFCAState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask(models=self.names)
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        return self.evaluate(ctx, state, task, objects, final=False)
+
 
 METHOD = MethodSpec(
     name="ifca",
@@ -166,4 +173,5 @@ METHOD = MethodSpec(
     applies_server_optimizer=True,
     extra_models="clusters",
     auto_knobs=(AutoKnob("clusters", (2, 4, 10), counts_models=True, beyond=doubled_count),),
+    newcomer_rule="the cluster model of lowest loss on its training data (IFCA's assignment), untrained",
 )

@@ -51,9 +51,20 @@ class LocalOnly(AlgorithmDefaults):
     def evaluate(self, ctx: ClientContext, state: OwnModel, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references={"local": ctx.score(state.model)}, headline="local")
 
+    # ---- newcomers (partition.newcomers): trained alone, as every client is, for the budget ----
+    def newcomer_task(self, state: None, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        return ClientTask()  # nothing to send: a local model owes the federation nothing
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: OwnModel, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        ctx.load(state.model)
+        if epochs > 0:
+            ctx.train(epochs=epochs)
+        return EvalResult(references={"local": ctx.score()}, headline="local")
+
 
 METHOD = MethodSpec(
     name="local",
     summary="Local: every client trains alone; nothing is shared",
     build=lambda _params, _run: LocalOnly(),
+    newcomer_rule="its own model trained alone from the initial model for protocol.newcomer_epochs epochs",
 )

@@ -39,6 +39,7 @@ from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.algorithms.pacfl_subspaces import (
     SCIPY_LINKAGE,
     agglomerative_clusters,
+    angles_to,
     client_basis,
     data_matrix,
     off_diagonal_summary,
@@ -92,6 +93,8 @@ class PACFLState:
     models: list[ModelParams]  # one per cluster; empty until the clustering round
     labels: dict[int, int] | None = None  # client -> cluster, fixed once set
     proximity: np.ndarray | None = None  # radians, client order
+    # every probed client's data subspace basis, kept only in a run with newcomers (placed by it)
+    bases: dict[int, np.ndarray] | None = None
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per cluster
 
 
@@ -102,6 +105,7 @@ class PACFL(AlgorithmDefaults):
         self.params = params
         self.server_optimizer = run.server_optimizer
         self.threshold_radians = threshold_in_radians(params.threshold, params.threshold_unit)
+        self.keep_bases = bool(run.newcomers)  # a newcomer joins the cluster of the nearest stored subspace
         if params.linkage not in SCIPY_LINKAGE:
             raise ValueError(f"algorithm.pacfl.linkage: {params.linkage!r} is not supported (choose {', '.join(SCIPY_LINKAGE)})")
 
@@ -121,6 +125,8 @@ class PACFL(AlgorithmDefaults):
         labels = agglomerative_clusters(proximity, self.threshold_radians, self.params.linkage)
         state.proximity = proximity
         state.labels = {k: int(labels[i]) for i, k in enumerate(client_ids)}
+        if self.keep_bases:
+            state.bases = {k: np.asarray(results[k]["basis"]) for k in client_ids}
         count = int(labels.max()) + 1 if labels.size else 0
         state.models = [copy_model(state.initial) for _ in range(count)]
         return RoundNotes(events=self._clustering_events(proximity, labels, count))
@@ -195,6 +201,27 @@ class PACFL(AlgorithmDefaults):
         stats = ctx.score(objects[cluster_object_name(cluster)])
         return EvalResult(references={"personalized": stats}, headline="personalized", group=cluster)
 
+    # ---- newcomers (partition.newcomers): its subspace, then the nearest stored subspace's cluster ----
+    def newcomer_probe_task(self, state: PACFLState, round_index: int, client_id: int) -> ClientTask | None:
+        return ClientTask()  # the round-1 probe: the newcomer's basis, answered by `probe`
+
+    def newcomer_task(self, state: PACFLState, round_index: int, client_id: int, probe: Mapping[str, Any] | None) -> ClientTask:
+        if probe is None or state.bases is None or not state.bases:
+            raise RuntimeError("PACFL places a newcomer by its subspace: it needs its probe and the stored subspaces")
+        cluster = nearest_cluster(np.asarray(probe["basis"]), state.bases, self._labels(state), self.params.proximity)
+        return ClientTask(models=(cluster_object_name(cluster),), payload={"cluster": cluster})
+
+    def evaluate_newcomer(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any], epochs: int) -> EvalResult:
+        return self.evaluate(ctx, state, task, objects, final=False)
+
+
+def nearest_cluster(basis: np.ndarray, bases: Mapping[int, np.ndarray], labels: Mapping[int, int], proximity: str) -> int:
+    """The cluster of the stored client subspace at the smallest angle to `basis` (ties to
+    the lower client id): a probed client's own basis gives its own cluster."""
+    client_ids = sorted(bases)
+    angles = angles_to(basis, [bases[k] for k in client_ids], proximity)  # type: ignore[arg-type]
+    return int(labels[client_ids[int(np.argmin(angles))]])
+
 
 def clustering_of(params: PACFLParams, state: PACFLState, threshold: float) -> tuple[int, ...]:
     """The clusters `threshold` cuts the clients' subspaces into, given the proximity the
@@ -214,4 +241,6 @@ METHOD = MethodSpec(
     build=lambda params, run: PACFL(params, run),
     applies_server_optimizer=True,
     auto_knobs=(AutoKnob("threshold", auto_thresholds, same_run_key=clustering_of),),
+    newcomer_rule="its data subspace (sent up as PACFL's round-1 probe) joins the cluster of the stored subspace at the "
+    "smallest angle; that cluster's model, untrained",
 )

@@ -20,7 +20,7 @@ Choices that deviate from, or pin down, the reference:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
@@ -85,14 +85,24 @@ def elementwise_min_angle(first: np.ndarray, second: np.ndarray) -> float:
     return float(np.arccos(np.clip(products.max(), 0.0, 1.0)))
 
 
+def _angle(kind: ProximityKind) -> Callable[[np.ndarray, np.ndarray], float]:
+    if kind == "principal":
+        return smallest_principal_angle
+    if kind == "elementwise":
+        return elementwise_min_angle
+    raise ValueError(f"algorithm.pacfl.proximity: {kind!r} is not a proximity (choose principal or elementwise)")
+
+
+def angles_to(basis: np.ndarray, bases: Sequence[np.ndarray], kind: ProximityKind) -> np.ndarray:
+    """The angles (radians) between one subspace (a newcomer's) and each of `bases`, by the
+    proximity the clustering used."""
+    angle = _angle(kind)
+    return np.asarray([angle(basis, other) for other in bases], dtype=np.float64)
+
+
 def proximity_matrix(bases: list[np.ndarray], kind: ProximityKind) -> np.ndarray:
     """Symmetric K x K matrix of angles (radians) between client subspaces, zero diagonal."""
-    if kind == "principal":
-        angle = smallest_principal_angle
-    elif kind == "elementwise":
-        angle = elementwise_min_angle
-    else:
-        raise ValueError(f"algorithm.pacfl.proximity: {kind!r} is not a proximity (choose principal or elementwise)")
+    angle = _angle(kind)
     count = len(bases)
     proximity = np.zeros((count, count))
     for i in range(count):

@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from hdcfl_ray.contract import ASYNC_HOOKS, AUTO, Method, MethodSpec, RunInfo, Section
+from hdcfl_ray.contract import ASYNC_HOOKS, AUTO, NEWCOMER_HOOKS, Method, MethodSpec, RunInfo, Section
 
 
 def method_specs() -> dict[str, MethodSpec]:
@@ -76,4 +76,13 @@ def build_method(name: str, params: Section | None, run: RunInfo) -> Method:
         missing = [hook for hook in ASYNC_HOOKS if not callable(getattr(method, hook, None))]
         if missing:
             raise TypeError(f"method {name!r} declares asynchronous=True but lacks {', '.join(missing)}")
+    if spec.newcomer_rule is not None:
+        missing = [hook for hook in NEWCOMER_HOOKS if not callable(getattr(method, hook, None))]
+        if missing:
+            raise TypeError(f"method {name!r} declares a newcomer_rule but lacks {', '.join(missing)}")
     return method
+
+
+def newcomer_rule(name: str) -> str | None:
+    """What the method scores a newcomer with (its declaration's line), or None."""
+    return method_spec(name).newcomer_rule

@@ -17,7 +17,8 @@ cancelled (docs/baselines.md, SCAFFOLD).
   (eta_g = `server_lr`; at 1 the new model is FedAvg's average itself, bit for bit), then
   protocol.server_optimizer's step as for every sharing method;
   c += (1/N) sum_k Delta c_k = (|S|/N) mean_k Delta c_k over the round's |S| clients (N
-  clients in all, the paper's plain mean), so c stays the mean of all clients' c_k.
+  clients in all, the paper's plain mean; newcomers, which never train, are not counted),
+  so c stays the mean of all clients' c_k.
 - Which entries: the whole model, encoder and head. BatchNorm running statistics take no
   gradient and get no control variate (their entries stay zero); they are averaged as
   FedAvg averages them: at eta_g != 1 the client uploads them as x + (y_k - x) / eta_g,
@@ -37,7 +38,7 @@ from typing import Any, Mapping
 import numpy as np
 from pydantic import Field
 
-from hdcfl_ray.algorithms.fedavg import FedAvg, GlobalModelState
+from hdcfl_ray.algorithms.fedavg import GLOBAL_MODEL_RULE, FedAvg, GlobalModelState
 from hdcfl_ray.algorithms.scaffold_control import (
     correction_at,
     difference,
@@ -98,12 +99,13 @@ def stepped(current: ModelParams, mean: ModelParams, rate: float) -> ModelParams
 class Scaffold(FedAvg):
     name = "scaffold"
 
-    def __init__(self, params: ScaffoldParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
+    def __init__(self, params: ScaffoldParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(), newcomers: int = 0) -> None:
         super().__init__(server_optimizer)
         self.params = params
+        self.newcomers = newcomers  # clients that never train (partition.newcomers): no c_k, not in N
 
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> ScaffoldServer:
-        return ScaffoldServer(model=initial, control=zeros_like(initial), num_clients=num_clients)
+        return ScaffoldServer(model=initial, control=zeros_like(initial), num_clients=num_clients - self.newcomers)
 
     def init_client(self, client_id: int, initial: ModelParams) -> ScaffoldClient:  # type: ignore[override]
         return ScaffoldClient()
@@ -168,7 +170,8 @@ METHOD = MethodSpec(
     name="scaffold",
     summary="SCAFFOLD: FedAvg with control variates correcting every local step for the client's drift",
     params=ScaffoldParams,
-    build=lambda params, run: Scaffold(params, run.server_optimizer),
+    build=lambda params, run: Scaffold(params, run.server_optimizer, newcomers=len(run.newcomers)),
     check=lambda _params, run: sgd_only("scaffold", run.client_optimizer.name),
     applies_server_optimizer=True,
+    newcomer_rule=GLOBAL_MODEL_RULE,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hdcfl_ray.algorithms.registry import build_method
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.contract import Method, RunInfo
+from hdcfl_ray.data.partitions.newcomers import scenario_newcomers
 
 
 def build_algorithm(scenario: Scenario) -> Method:
@@ -20,4 +21,5 @@ def run_info(scenario: Scenario) -> RunInfo:
         rounds=scenario.protocol.rounds,
         server_optimizer=scenario.protocol.server_optimizer,
         client_optimizer=scenario.protocol.optimizer,
+        newcomers=scenario_newcomers(scenario),
     )

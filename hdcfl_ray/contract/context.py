@@ -63,6 +63,12 @@ class ClientContext(Protocol):
 
     def test_data(self) -> TensorPair: ...
 
+    def training_batch(self, images: torch.Tensor) -> torch.Tensor:
+        """A batch of the training images as local training sees it (the scenario's
+        training-time augmentation applied, with the client's own draws for the round;
+        `images` itself when the scenario has none). For a method that runs its own
+        training loop; `train` applies it to every batch itself."""
+
     def raw_train(self) -> tuple[np.ndarray, np.ndarray]:
         """The training images as stored (uint8, N x H x W x C, after the client's rotation) and labels."""
 

@@ -66,11 +66,14 @@ class PartitionSpec(Generic[ParamsT]):
 @dataclass(frozen=True)
 class SampleIds:
     """Who made each sample: int codes per split into `names` (the values of the id
-    column, e.g. writer ids), for a partition that divides by them."""
+    column, e.g. writer ids), for a partition that divides by them. `groups`, when the
+    source knows one, is the planted group of each id (in the order of `names`), e.g.
+    the play of each speaking role."""
 
     train: np.ndarray
     test: np.ndarray
     names: tuple[str, ...]
+    groups: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,9 @@ class RunInfo:
     # the clients' optimiser (protocol.optimizer): a method whose rule depends on it (a
     # local step count, SGD only) refuses another one when it is built
     client_optimizer: OptimizerConfig = OptimizerConfig()
+    # the clients that never train (partition.newcomers), in id order: a method that keeps or
+    # averages something over every client leaves them out (FedSoft's centres, SCAFFOLD's N)
+    newcomers: tuple[int, ...] = ()
 
 
 class NoParams(Section):
@@ -211,6 +214,10 @@ class MethodSpec(Generic[ParamsT]):
     # a scenario that sets any optimiser but the default for a method that does not (one that
     # shares nothing, or a plugin written without it) is refused, never silently ignored
     applies_server_optimizer: bool = False
+    # what a newcomer (a client that never trained: partition.newcomers) is placed and scored
+    # with, one line; a method that declares it implements contract.newcomers.NewcomerHooks.
+    # None: the method has no newcomer rule, and its newcomers' rows say so
+    newcomer_rule: str | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":

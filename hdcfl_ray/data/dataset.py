@@ -26,6 +26,10 @@ class ImageDataset:
     train_ids: np.ndarray | None = None
     test_ids: np.ndarray | None = None
     id_names: tuple[str, ...] = ()
+    # the planted group of each id when the source knows one (shakespeare_plays: the play
+    # of each role), as codes into `group_names`, in the order of `id_names`; () = none
+    id_groups: tuple[int, ...] = ()
+    group_names: tuple[str, ...] = ()
     # Text: each "image" is a sequence of L character ids, (L, 1, 1), and the classes are the
     # characters (next-character prediction); data/sources/text.py
     text: bool = False
@@ -46,6 +50,8 @@ class ImageDataset:
                 raise ValueError(f"{self.name} {split}: {images.shape[0]} images but labels of shape {labels.shape}")
             if ids is not None and ids.shape != (images.shape[0],):
                 raise ValueError(f"{self.name} {split}: {images.shape[0]} samples but ids of shape {ids.shape}")
+        if self.id_groups and (len(self.id_groups) != len(self.id_names) or not set(self.id_groups) <= set(range(len(self.group_names)))):
+            raise ValueError(f"{self.name}: {len(self.id_groups)} id groups for {len(self.id_names)} ids and {len(self.group_names)} group names")
 
     @property
     def has_ids(self) -> bool:

@@ -10,6 +10,8 @@ from hdcfl_ray.data.shifts import Shift, apply_shift
 # (x / 255 - 0.5) / 0.5 folded into one multiply-add: every channel has mean 0.5, std 0.5.
 _SCALE = 2.0 / 255.0
 _SHIFT = -1.0
+# the value a black pixel (0) takes in a float batch
+BLACK = 0.0 * _SCALE + _SHIFT
 
 
 def as_shift(shift: float | Shift) -> Shift:

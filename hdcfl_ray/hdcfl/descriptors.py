@@ -22,6 +22,11 @@ class Descriptors:
 
     vectors: np.ndarray  # (K, effective_rank) float64
     effective_rank: int
+    # low-rank only: what maps any head to its descriptor (`describe_head`): the mean of the
+    # unit heads the descriptors were centred by, and the principal directions (one column
+    # per coordinate, signs fixed as the descriptors' own), so that y = (unit(h) - mean) @ axes
+    head_mean: np.ndarray | None = None  # (head length,) float64
+    axes: np.ndarray | None = None  # (head length, effective_rank) float64
 
 
 def unit_normalise(heads: np.ndarray) -> np.ndarray:
@@ -60,11 +65,26 @@ def lowrank_descriptors(heads: np.ndarray, rank: int) -> Descriptors:
     effective_rank = min(int(rank), num_clients - 1, numerical_rank)
 
     scores = eigenvectors[:, :effective_rank] * np.sqrt(eigenvalues[:effective_rank])
-    scores = _fix_signs(scores)
+    signs = _sign_flips(scores)
+    scores = scores * signs
     norms = np.linalg.norm(scores, axis=1, keepdims=True)
     # A client exactly at the mean head has no direction; it keeps a zero descriptor.
     vectors = np.divide(scores, norms, out=np.zeros_like(scores), where=norms > 0)
-    return Descriptors(vectors=vectors, effective_rank=effective_rank)
+    # V = X^T U S^-1: the right singular vectors, so that X V = U S = the scores of the heads above
+    axes = (centred.T @ eigenvectors[:, :effective_rank]) / np.sqrt(eigenvalues[:effective_rank]) * signs
+    return Descriptors(vectors=vectors, effective_rank=effective_rank, head_mean=unit_heads.mean(axis=0), axes=axes)
+
+
+def describe_head(descriptors: Descriptors, head: np.ndarray) -> np.ndarray:
+    """The descriptor of any head (a newcomer's) in the space of `descriptors`: the unit
+    head, centred and projected as the descriptors' heads were, normalised again; for a
+    head among them, its own descriptor up to rounding. Raw descriptors: the unit head."""
+    unit = unit_normalise(np.asarray(head).reshape(1, -1))[0]
+    if descriptors.axes is None or descriptors.head_mean is None:
+        return unit
+    projected = (unit - descriptors.head_mean) @ descriptors.axes
+    norm = float(np.linalg.norm(projected))
+    return projected / norm if norm > 0 else np.zeros_like(projected)
 
 
 def _as_stack(array: np.ndarray, name: str) -> np.ndarray:
@@ -99,12 +119,12 @@ def _numerical_rank(eigenvalues: np.ndarray, num_clients: int, head_length: int,
     return int(np.count_nonzero(eigenvalues > threshold))
 
 
-def _fix_signs(scores: np.ndarray) -> np.ndarray:
-    """Flip each component so its largest-magnitude score is positive: an
-    eigenvector's sign is arbitrary, and descriptors must not flip between runs."""
+def _sign_flips(scores: np.ndarray) -> np.ndarray:
+    """+1 or -1 per component, so that each component's largest-magnitude score is
+    positive: an eigenvector's sign is arbitrary, and descriptors must not flip between runs."""
     if scores.shape[1] == 0:
-        return scores
+        return np.ones(0)
     pivots = np.argmax(np.abs(scores), axis=0)
     signs = np.sign(scores[pivots, np.arange(scores.shape[1])])
     signs[signs == 0] = 1.0
-    return scores * signs
+    return signs

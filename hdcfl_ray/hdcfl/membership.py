@@ -46,7 +46,7 @@ def soft_memberships(
     if scale not in ("within", "between"):
         raise ValueError(f"hdcfl.temperature_scale: {scale!r} is not one of within, between")
 
-    squared_distances = np.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=2)
+    squared_distances = _squared_distances(points, centres)
     if scale == "between" and centres.shape[0] >= 2:
         pairs = np.triu_indices(centres.shape[0], k=1)
         between = np.sum((centres[:, None, :] - centres[None, :, :]) ** 2, axis=2)[pairs]
@@ -54,6 +54,41 @@ def soft_memberships(
     else:
         spread = float(np.mean(squared_distances[np.arange(points.shape[0]), label_array]))
     temperature_value = max(float(temperature) * spread, TEMPERATURE_FLOOR)
+    return _softmax_of_distances(squared_distances, temperature_value)
+
+
+def memberships_at(descriptors: np.ndarray, centroids: np.ndarray, temperature_value: float) -> np.ndarray:
+    """pi_kg = softmax_g(-||z_k - mu_g||^2 / T) at a given T (`soft_memberships`'s T, after its
+    floor): the soft rows of descriptors that took no part in setting T, a newcomer's,
+    against a refresh's centres. (K, G) float64, rows summing to 1."""
+    points = np.atleast_2d(np.asarray(descriptors, dtype=np.float64))
+    centres = np.asarray(centroids, dtype=np.float64)
+    if centres.ndim != 2 or points.shape[1] != centres.shape[1] or centres.shape[0] == 0:
+        raise ValueError(f"descriptors {points.shape} and centroids {centres.shape} must be (K, r) and (G >= 1, r)")
+    return _softmax_of_distances(_squared_distances(points, centres), float(temperature_value))
+
+
+def membership_temperature(
+    descriptors: np.ndarray, centroids: np.ndarray, labels: np.ndarray, temperature: float, scale: str = "within"
+) -> float:
+    """The T = max(tau * S, floor) that `soft_memberships` uses for these arguments."""
+    points = np.asarray(descriptors, dtype=np.float64)
+    centres = np.asarray(centroids, dtype=np.float64)
+    label_array = _check_labels(labels, points.shape[0], centres.shape[0])
+    squared_distances = _squared_distances(points, centres)
+    if scale == "between" and centres.shape[0] >= 2:
+        pairs = np.triu_indices(centres.shape[0], k=1)
+        spread = float(np.mean(np.sum((centres[:, None, :] - centres[None, :, :]) ** 2, axis=2)[pairs]))
+    else:
+        spread = float(np.mean(squared_distances[np.arange(points.shape[0]), label_array]))
+    return max(float(temperature) * spread, TEMPERATURE_FLOOR)
+
+
+def _squared_distances(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    return np.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=2)
+
+
+def _softmax_of_distances(squared_distances: np.ndarray, temperature_value: float) -> np.ndarray:
     logits = -squared_distances / temperature_value
     # Shifting by the row maximum keeps exp() in range; the softmax is unchanged.
     logits -= logits.max(axis=1, keepdims=True)

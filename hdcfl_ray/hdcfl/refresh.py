@@ -21,7 +21,8 @@ from hdcfl_ray.contract import RefreshSummary
 from hdcfl_ray.diagnostics.clustering import silhouette
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, raw_descriptors
 from hdcfl_ray.hdcfl.grouping import group_clients
-from hdcfl_ray.hdcfl.membership import hard_memberships, soft_memberships
+from hdcfl_ray.hdcfl.membership import hard_memberships, membership_temperature, soft_memberships
+from hdcfl_ray.hdcfl.placement import GroupGeometry, geometry_of
 from hdcfl_ray.hdcfl.prototypes import group_prototypes
 
 
@@ -49,6 +50,8 @@ class RefreshResult:
     prototypes: np.ndarray  # (G, De) float32
     effective_rank: int
     silhouette: float  # NaN when undefined (G < 2 or G == K)
+    # what places any other head among these groups as the cached heads were (placement.py)
+    geometry: GroupGeometry | None = None
 
 
 def refresh_groups(
@@ -76,8 +79,10 @@ def refresh_groups(
 
     if params.membership == "soft":
         memberships = soft_memberships(descriptors.vectors, grouping.centroids, grouping.labels, params.temperature, params.temperature_scale)
+        temperature = membership_temperature(descriptors.vectors, grouping.centroids, grouping.labels, params.temperature, params.temperature_scale)
     else:
         memberships = one_hot
+        temperature = float("nan")  # hard rows have none
     # Hard prototypes follow the k-means labels themselves, not the argmax of the
     # soft rows, which could differ on a tie.
     soft_prototypes = params.prototypes == "soft"
@@ -91,6 +96,7 @@ def refresh_groups(
         prototypes=prototypes,
         effective_rank=descriptors.effective_rank,
         silhouette=silhouette(descriptors.vectors, grouping.labels),
+        geometry=geometry_of(descriptors, grouping.centroids, temperature, params.membership),
     )
 
 

@@ -65,6 +65,19 @@ ROUNDS_SCHEMA = pa.schema(
         ("wall_time_s", pa.float64()),
         ("aggregate_s", pa.float64()),
         ("elapsed_s", pa.float64()),
+        # partition.newcomers, at evaluated rounds (null without newcomers): how many were scored,
+        # their accuracy by the method's newcomer rule, the ARI of their placement against the
+        # planted groups (alone, and with the evaluated clients' groups), their work and bytes
+        ("num_newcomers", pa.int32()),
+        ("newcomer_mean_accuracy", pa.float64()),
+        ("newcomer_worst_accuracy", pa.float64()),
+        ("newcomer_bottom20_accuracy", pa.float64()),
+        ("newcomer_ari_true", pa.float64()),
+        ("newcomer_ari_with_clients", pa.float64()),
+        ("newcomer_samples_trained", pa.int64()),
+        ("newcomer_local_steps", pa.int64()),
+        ("newcomer_bytes_down", pa.int64()),
+        ("newcomer_bytes_up", pa.int64()),
     ]
 )
 
@@ -107,6 +120,30 @@ UPDATES_SCHEMA = pa.schema(
     ]
 )
 
+# one row per newcomer (partition.newcomers) and evaluated round: what the method's newcomer
+# rule placed and scored it with (docs/newcomers.md)
+NEWCOMERS_SCHEMA = pa.schema(
+    [
+        ("round", pa.int32()),
+        ("client_id", pa.int32()),
+        ("host", pa.int32()),
+        ("rule", pa.string()),  # the method's newcomer rule as declared, or "no newcomer rule"
+        ("reference", pa.string()),  # the reference the rule scored it with (null without a rule)
+        ("accuracy", pa.float64()),
+        ("loss", pa.float64()),
+        ("accuracy_own_classes", pa.float64()),
+        ("group", pa.int32()),  # where the rule placed it: a cluster or group (null: no groups)
+        ("memberships", pa.list_(pa.float64())),  # soft placement over the groups, where the method has one
+        ("true_group", pa.int32()),
+        ("num_train_samples", pa.int32()),
+        ("num_test_samples", pa.int32()),
+        ("samples_trained", pa.int64()),  # training the rule did for it
+        ("local_steps", pa.int64()),
+        ("bytes_down", pa.int64()),  # what the server sent it to be placed and scored
+        ("bytes_up", pa.int64()),  # what it sent (a probe's answer)
+    ]
+)
+
 EVENTS_SCHEMA = pa.schema(
     [
         ("round", pa.int32()),
@@ -120,4 +157,5 @@ TABLE_SCHEMAS = {
     "rounds": ROUNDS_SCHEMA,
     "refresh": REFRESH_SCHEMA,
     "updates": UPDATES_SCHEMA,
+    "newcomers": NEWCOMERS_SCHEMA,
 }

@@ -231,6 +231,8 @@ def run_simulation(
     data, code and seed chose them before; a resume applies the choice its run recorded. A batched run
     resumed on other hosts is refused unless `allow_layout_change` (host_layout.py)."""
     scenario = prepared.scenario
+    # what the run folder records and a resume compares: the scenario as written (auto, all kept)
+    written = prepared.as_written
     if scenario.runtime.portable:  # the driver computes too: the initial weights, the server's maths, local hosts
         from hdcfl_ray.portable import require_pinned_process
 
@@ -246,7 +248,7 @@ def run_simulation(
         # the table parts each one keeps must be as they were logged too
         checkpoint = find_checkpoint(run_dir, check=_kept_parts_check(run_dir))
         check_resume_settings(
-            run_dir, scenario, read_manifest(run_dir), checkpoint.found.document if checkpoint.found is not None else None
+            run_dir, written, read_manifest(run_dir), checkpoint.found.document if checkpoint.found is not None else None
         )
         _report_damaged_checkpoints(checkpoint, observer)
     choice_s = 0.0
@@ -258,7 +260,7 @@ def run_simulation(
         from hdcfl_ray.runtime.backends.placement import local_host_count
 
         layout_change = _resumed_layout(run_dir, prepared, checkpoint, local_host_count(scenario.runtime, prepared.partition.num_clients), allow_layout_change)
-        with _new_run_dir(scenario, run_dir, resume):
+        with _new_run_dir(written, run_dir, resume):
             summary = _with_choice_time(_run_with(lambda: LocalBackend(prepared), prepared, run_dir, observer, checkpoint, layout_change), choice_s)
             update_manifest(run_dir, status="completed", elapsed_s=summary.elapsed_s, auto_knobs_choice_s=summary.choice_s)
     else:
@@ -272,7 +274,7 @@ def run_simulation(
             hosts = count_hosts(scenario.runtime, prepared.partition.num_clients, session.cpus, session.gpus)
             session.check_capacity(hosts, scenario.runtime)
             layout_change = _resumed_layout(run_dir, prepared, checkpoint, hosts, allow_layout_change)
-            with _new_run_dir(scenario, run_dir, resume):
+            with _new_run_dir(written, run_dir, resume):
                 summary = _with_choice_time(
                     _run_with(lambda: RayBackend(prepared, session), prepared, run_dir, observer, checkpoint, layout_change), choice_s
                 )
@@ -343,7 +345,7 @@ def with_auto_choices(
             prepared.scenario, prepared.auto_plan, root or default_root(prepared.scenario), notify, run_candidate, probe,
             data_digest(prepared.dataset, prepared.partition),
         )
-    return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.scenario, auto_knobs=record)
+    return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.as_written, auto_knobs=record)
 
 
 def _auto_knobs_record(prepared: PreparedRun) -> dict[str, Any]:
@@ -383,12 +385,15 @@ def _report_damaged_checkpoints(search: CheckpointSearch, observer: RunObserver 
 
 def _evaluation_facts(prepared: PreparedRun) -> dict[str, Any]:
     """How many clients each evaluated round scores (protocol.eval_clients): the
-    sampled ids are the clients table's rows of any evaluated round."""
+    sampled ids are the clients table's rows of any evaluated round; and the newcomers
+    (partition.newcomers), scored apart by the method's newcomer rule."""
+    from hdcfl_ray.runtime.newcomer_facts import newcomer_facts
     from hdcfl_ray.runtime.server.sampling import evaluation_sample
 
     num_clients = prepared.partition.num_clients
-    scored = len(evaluation_sample(num_clients, prepared.scenario.protocol.eval_clients, prepared.scenario.seed))
-    return {"clients_scored": scored, "num_clients": num_clients, "sampled": scored < num_clients}
+    facts = newcomer_facts(prepared.scenario)
+    scored = len(evaluation_sample(num_clients, prepared.scenario.protocol.eval_clients, prepared.scenario.seed, tuple(facts.get("newcomers", ()))))
+    return {"clients_scored": scored, "num_clients": num_clients, "sampled": scored < num_clients - len(facts.get("newcomers", ())), **facts}
 
 
 def _run_with(
@@ -410,10 +415,13 @@ def _run_with(
     else:  # a new run, or a resumed one whose manifest was deleted (it was damaged): write it anew
         from hdcfl_ray.config.pinned_knobs import data_setting_fingerprint, pinned_elsewhere
         from hdcfl_ray.models.pretrained import initialisation_facts
+        from hdcfl_ray.runtime.trivial_references import RECORD_KEY as TRIVIAL_REFERENCES, trivial_reference_record
 
         extra: dict[str, Any] = {
             "status": "running",
             "dataset": _dataset_facts(prepared),
+            # what a model that learned nothing federated scores on the same samples (report's reference rows)
+            TRIVIAL_REFERENCES: trivial_reference_record(prepared),
             "initialisation": initialisation_facts(prepared.scenario),  # seeded, or which pretrained file
             "evaluation": _evaluation_facts(prepared),
             # the mode, the driver's CPU and the instruction sets its libraries compute with (hosts: client_host_hardware)
@@ -518,6 +526,7 @@ def _run_rounds(
         writer.write_part("clients", round_index, client_rows)
         writer.write_part("updates", round_index, rows.update_rows(report, rows.client_hosts))
         writer.write_part("events", round_index, rows.event_rows(report))
+        writer.write_part("newcomers", round_index, rows.newcomer_rows(report))
         if refresh_row is not None:
             writer.write_part("refresh", round_index, [refresh_row])
             last_refresh = refresh_row
@@ -591,6 +600,8 @@ def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
             "ids_held": sum(len(names) for names in held),
             "client_ids": held,
         }
+        if dataset.group_names:  # the planted groups the ids belong to (shakespeare_plays: the plays), by true_group code
+            natural["group_names"] = list(dataset.group_names)
     return {
         "name": dataset.name,
         "samples": "character sequences" if dataset.text else "images",
@@ -598,6 +609,7 @@ def _dataset_facts(prepared: PreparedRun) -> dict[str, Any]:
         "pretrain_pool": prepared.scenario.dataset.pretrain_pool,
         "test_samples": int(dataset.test_labels.shape[0]),
         "num_classes": dataset.num_classes,
+        "num_clients": len(prepared.partition.clients),  # what partition.num_clients: all stood for
         "image_shape": list(dataset.train_images.shape[1:]),
         "client_train_samples_min": int(sizes.min()),
         "client_train_samples_max": int(sizes.max()),

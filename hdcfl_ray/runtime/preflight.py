@@ -53,23 +53,32 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     `dataset`: an already loaded copy of `scenario.dataset` (sweeps load each once)."""
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
     from hdcfl_ray.runtime.batching_record import batching_notices
+    from hdcfl_ray.runtime.newcomer_facts import newcomer_notices
     from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
+    from hdcfl_ray.data.augmentation import check_augmentation
     from hdcfl_ray.data.partitions.checks import check_text_unshifted, id_column_notices, test_proportion_notices, test_size_notices
     from hdcfl_ray.models.encoders import check_encoder_reads
     from hdcfl_ray.models.pretrained import check_pretrained
     from hdcfl_ray.models.pretrained import check_pool_held_out
     from hdcfl_ray.runtime.server.virtual_clock import check_trace
 
-    notices = check_runtime(scenario.runtime, scenario.partition.num_clients)
+    counted = isinstance(scenario.partition.num_clients, int)  # else all: counted once the ids are read
+    notices = check_runtime(scenario.runtime, scenario.partition.client_count()) if counted else []
     if dataset is None:
         check_synthetic_memory(scenario.dataset)
         dataset = load_dataset(scenario.dataset, scenario.seed, scenario.partition.partition_by)
+    written: Scenario | None = None
+    if not counted:
+        written = scenario
+        scenario, resolved = with_client_count(scenario, dataset)
+        notices += [resolved, *check_runtime(scenario.runtime, scenario.partition.client_count())]
     notices += [*dataset.notices, *id_column_notices(scenario.partition, scenario.dataset)]
     check_partition_against_dataset(
         scenario.partition, num_classes=dataset.num_classes, num_train=int(dataset.train_labels.shape[0]), dataset_name=dataset.name
     )
     check_encoder_reads(scenario.model, dataset)
+    check_augmentation(scenario.dataset.augmentation, dataset)
     check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
     plan = auto_plan(scenario)  # the knobs set to `auto`, chosen when the run starts (hdcfl_ray/auto_knobs)
     try:
@@ -102,4 +111,22 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
         notices += [f"{knob.key}: auto cannot use {value:g} ({why})" for knob in plan.knobs for value, why in knob.skipped]
     notices += pinned_knob_notices(scenario)  # a pinned value chosen for another data setting
     notices += batching_notices(scenario)  # batched training asked for, but the scenario trains one client at a time
-    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan)
+    notices += newcomer_notices(scenario)  # partition.newcomers: who is held out, and the method's rule (or none)
+    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan, written=written)
+
+
+def with_client_count(scenario: Scenario, dataset: ImageDataset) -> tuple[Scenario, str]:
+    """`scenario` with `partition.num_clients: all` (and its sample_fraction) replaced by
+    the count it stands for on this data, validated as a file would be; and the line that
+    says how the count was found."""
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.data.partitions.build import sample_ids
+    from hdcfl_ray.data.partitions.client_count import resolved_client_count
+
+    count, line = resolved_client_count(scenario.partition, sample_ids(dataset), scenario.seed)
+    raw = scenario.model_dump(mode="json")
+    raw["partition"] = {**raw["partition"], "num_clients": count, "sample_fraction": None}
+    try:
+        return build_scenario(raw, source=f"partition.num_clients: all = {count}"), line
+    except ScenarioError as error:  # e.g. protocol.participation counts more clients than the data has
+        raise ScenarioError(f"{error} (partition.num_clients: all = {count} on this data)") from error

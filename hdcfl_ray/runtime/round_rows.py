@@ -22,6 +22,7 @@ from hdcfl_ray.contract import EvalStats
 from hdcfl_ray.diagnostics.clustering import adjusted_rand, ari_between_refreshes, membership_entropy, personalisation_gain
 from hdcfl_ray.diagnostics.fairness import client_accuracy_summary
 from hdcfl_ray.contract import RefreshSummary
+from hdcfl_ray.runtime.newcomer_rows import newcomer_columns, newcomer_rows
 from hdcfl_ray.runtime.server.messages import EvalReport, UploadMeta
 from hdcfl_ray.runtime.server.round_tail import RoundReport
 from hdcfl_ray.runtime.server.traffic import ClientTraffic
@@ -215,8 +216,14 @@ class RoundRowBuilder:
         }
         if client_rows:
             row.update(evaluation_columns(client_rows, self.true_groups))
+        row.update(newcomer_columns(self.newcomer_rows(report), client_rows))
+        if client_rows:
             self.last_summary = dict(row)
         return row
+
+    def newcomer_rows(self, report: RoundReport) -> list[dict[str, Any]]:
+        """The round's newcomers-table rows (partition.newcomers; none at a round not evaluated)."""
+        return newcomer_rows(report.round_index, report.newcomers, self.client_hosts, self.true_groups, report.traffic)
 
     def refresh_row(self, report: RoundReport, client_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         refresh = report.notes.refresh

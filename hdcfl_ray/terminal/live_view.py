@@ -162,6 +162,14 @@ def summary_table(final_round: dict[str, Any], last_refresh: dict[str, Any] | No
             _pct(final_round.get("bottom20_accuracy_global")),
             "",
         )
+    if final_round.get("num_newcomers"):  # partition.newcomers, scored by the method's newcomer rule
+        table.add_row(
+            f"newcomers ({final_round['num_newcomers']}, never trained)",
+            _pct(final_round.get("newcomer_mean_accuracy")),
+            _pct(final_round.get("newcomer_worst_accuracy")),
+            _pct(final_round.get("newcomer_bottom20_accuracy")),
+            "",
+        )
     if last_refresh is not None:
         table.caption = (
             f"last refresh (round {last_refresh['round']}): {last_refresh['num_groups']} groups, sizes {last_refresh['group_sizes']}, "

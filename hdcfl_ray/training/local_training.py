@@ -9,6 +9,7 @@ from torch import nn
 
 from hdcfl_ray import seeding
 from hdcfl_ray.contract import EvalStats, OptimizerConfig, TrainStats
+from hdcfl_ray.data.augmentation import TrainingAugmentation, augment
 from hdcfl_ray.models import SplitModel
 from hdcfl_ray.training.precision import LossScaler, active_half_precision, outside_autocast
 from hdcfl_ray.training.scores import restricted_predictions, stats_from_probabilities  # noqa: F401  (re-exported)
@@ -90,6 +91,7 @@ def train_locally(
     train_encoder: bool = True,
     regulariser: Callable[[SplitModel], torch.Tensor] | None = None,
     sample_weights: torch.Tensor | None = None,
+    augmentation: TrainingAugmentation | None = None,
 ) -> TrainStats:
     """Train encoder and head jointly (either may be frozen) for `epochs` passes.
 
@@ -102,7 +104,9 @@ def train_locally(
 
     `inputs` are already transformed float tensors on the model's device; the
     generator alone decides the batch order, so a client's update does not depend
-    on which actor runs it.
+    on which actor runs it. `augmentation` (dataset.augmentation) crops and flips
+    every batch; its draws come from its own generator, one per sample in the order
+    the epoch visits them, drawn once per epoch after the epoch's batch order.
     """
     model.encoder.train()
     model.head.train()
@@ -126,10 +130,14 @@ def train_locally(
     nonfinite = False
     for _ in range(epochs):
         order = torch.randperm(num_samples, generator=generator).to(inputs.device)
+        draws = augmentation.draw(num_samples).to(inputs.device) if augmentation is not None else None
         for start in range(0, num_samples, batch_size):
             batch = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
-            logits = model.head(model.encoder(inputs[batch]))
+            batch_inputs = inputs[batch]
+            if augmentation is not None and draws is not None:
+                batch_inputs = augment(batch_inputs, draws[start : start + batch_size], augmentation.settings)
+            logits = model.head(model.encoder(batch_inputs))
             if sample_weights is None:
                 loss = loss_fn(logits, labels[batch])
             else:

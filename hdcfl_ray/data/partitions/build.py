@@ -119,7 +119,7 @@ def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Gen
             raise ScenarioError(
                 f"partition.partition_by: partition {spec.name!r} divides the data by who made each sample; name the "
                 "column that says so (e.g. writer_id) in partition.partition_by, with a source that has one "
-                "(huggingface, parquet_images, text, leaf_json)"
+                "(huggingface, parquet_images, text, leaf_json, shakespeare_plays)"
             )
         extra["ids"] = ids
     if spec.name in builtin_partitions():
@@ -152,7 +152,12 @@ def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Gen
 
 def partition_dataset(config: PartitionConfig, dataset: ImageDataset, seed: int) -> Partition:
     """`build_partition` over a loaded dataset, with who made each sample when it knows."""
-    ids = None
+    return build_partition(config, dataset.train_labels, dataset.test_labels, dataset.num_classes, seed, ids=sample_ids(dataset))
+
+
+def sample_ids(dataset: ImageDataset) -> SampleIds | None:
+    """Who made each sample of `dataset`, when its source knows (None otherwise)."""
     if dataset.train_ids is not None and dataset.test_ids is not None:
-        ids = SampleIds(train=dataset.train_ids, test=dataset.test_ids, names=dataset.id_names)
-    return build_partition(config, dataset.train_labels, dataset.test_labels, dataset.num_classes, seed, ids=ids)
+        groups = dataset.id_groups or None  # the planted group of each id, when the source knows one
+        return SampleIds(train=dataset.train_ids, test=dataset.test_ids, names=dataset.id_names, groups=groups)
+    return None

@@ -16,7 +16,7 @@ def natural_id_partition(
     ids: SampleIds, num_clients: int, ids_per_client: int, min_samples: int, column: str, rng: np.random.Generator
 ) -> Split:
     counts = np.bincount(ids.train, minlength=len(ids.names))
-    eligible = np.flatnonzero(counts >= min_samples)
+    eligible = eligible_ids(ids, min_samples)
     wanted = num_clients * ids_per_client
     if eligible.shape[0] < wanted:
         fewer = counts.shape[0] - eligible.shape[0]
@@ -26,7 +26,7 @@ def natural_id_partition(
             f"({fewer} of its {counts.shape[0]} ids have fewer); set partition.num_clients to at most "
             f"{eligible.shape[0] // ids_per_client}, or lower partition.min_samples or partition.ids_per_client"
         )
-    chosen = np.sort(rng.permutation(eligible)[:wanted]).reshape(num_clients, ids_per_client)
+    chosen = np.sort(id_order(eligible, rng)[:wanted]).reshape(num_clients, ids_per_client)
     train_by_id = _rows_by_id(ids.train, len(ids.names))
     test_by_id = _rows_by_id(ids.test, len(ids.names))
     client_train = tuple(np.sort(np.concatenate([train_by_id[code] for code in row])).astype(np.int64) for row in chosen)
@@ -39,7 +39,30 @@ def natural_id_partition(
             f"{len(without_test) - 1} other clients: the test split holds none of their ids; set dataset.test_split: "
             "null to hold out dataset.test_fraction of each id's own samples, or raise partition.min_samples"
         )
-    return Split(client_indices=client_train, test_indices=client_test)
+    return Split(client_indices=client_train, test_indices=client_test, true_groups=_planted_groups(ids, chosen, client_train))
+
+
+def eligible_ids(ids: SampleIds, min_samples: int) -> np.ndarray:
+    """The codes of the ids with at least `min_samples` training samples, ascending."""
+    return np.flatnonzero(np.bincount(ids.train, minlength=len(ids.names)) >= min_samples)
+
+
+def id_order(eligible: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The seeded order the partition takes ids in: the first draw of its training
+    stream, so `num_clients: all`'s fraction (client_count.py) takes the same ids."""
+    return rng.permutation(eligible)
+
+
+def _planted_groups(ids: SampleIds, chosen: np.ndarray, client_train: tuple[np.ndarray, ...]) -> tuple[int, ...] | None:
+    """Each client's planted group when the source gives its ids one (the play of a
+    speaking role): the group of its ids, or with ids of several groups the one that
+    holds most of its training samples (the lowest on a tie); None when it gives none."""
+    if ids.groups is None:
+        return None
+    groups = np.asarray(ids.groups, dtype=np.int64)
+    if chosen.shape[1] == 1:
+        return tuple(int(groups[row[0]]) for row in chosen)
+    return tuple(int(np.argmax(np.bincount(groups[ids.train[rows]]))) for rows in client_train)
 
 
 def _rows_by_id(codes: np.ndarray, num_ids: int) -> list[np.ndarray]:

@@ -113,7 +113,7 @@ _PATH_EXPECTED = {
 }
 
 # the sources that read who made each sample (partition.partition_by); a plugin's says so in its Images
-_READS_IDS = ("huggingface", "parquet_images", "text", "leaf_json")
+_READS_IDS = ("huggingface", "parquet_images", "text", "leaf_json", "shakespeare_plays")
 
 
 def _require_path(config: DatasetConfig) -> None:
@@ -138,6 +138,10 @@ def _load_source(config: DatasetConfig, seed: int, id_column: str | None = None)
         from hdcfl_ray.data.sources.leaf import load_leaf
 
         return load_leaf(config, seed, id_column)
+    if config.name == "shakespeare_plays":
+        from hdcfl_ray.data.sources.shakespeare_plays import load_shakespeare_plays
+
+        return load_shakespeare_plays(config, seed, id_column)
     if config.name == "digits":
         return load_digits_dataset(config.test_fraction, seed)
     if config.name == "cifar10":

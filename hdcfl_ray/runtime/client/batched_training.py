@@ -17,7 +17,9 @@ scenario, seed and host layout.
 
 What trains here: `train_locally`'s loop (cross-entropy, optionally weighted per
 sample, plus a `BatchableRegulariser`: a `ProximalPull` or a `LinearTerm`) with SGD
-(momentum, weight decay) in float32 or bfloat16 autocast. Anything else (Adam, float16 loss scaling, another regulariser)
+(momentum, weight decay) in float32 or bfloat16 autocast, each client's batches
+augmented by its own draws (dataset.augmentation: the same draws, so the same
+augmented bits, as training it alone). Anything else (Adam, float16 loss scaling, another regulariser)
 trains one client at a time (`batchable` says which).
 """
 
@@ -32,7 +34,9 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from hdcfl_ray.config.augmentation import AugmentationConfig
 from hdcfl_ray.contract import BatchableRegulariser, OptimizerConfig, TrainStats
+from hdcfl_ray.data.augmentation import DRAW_COLUMNS, TrainingAugmentation, augment
 from hdcfl_ray.models import SplitModel
 from hdcfl_ray.runtime.client import replica_weights
 from hdcfl_ray.runtime.client.replica_weights import ReplicaWeights
@@ -59,6 +63,8 @@ class TrainRequest:
     # in a host's batched round: where the model's weights are when it does not hold
     # them yet (staged by `ctx.load`), and who keeps the host copy of the trained ones
     weights: ReplicaWeights | None = None
+    # the client's crops and flips for its round (dataset.augmentation); None = none
+    augmentation: TrainingAugmentation | None = None
 
     @property
     def batched_term(self) -> BatchableRegulariser | None:
@@ -80,6 +86,7 @@ def train_alone(request: TrainRequest) -> TrainStats:
         train_encoder=request.train_encoder,
         regulariser=request.regulariser,
         sample_weights=request.sample_weights,
+        augmentation=request.augmentation,
     )
 
 
@@ -119,6 +126,7 @@ def _group_key(request: TrainRequest) -> tuple[Any, ...]:
         tuple(request.inputs.shape[1:]),
         request.inputs.dtype,
         request.inputs.device,
+        None if request.augmentation is None else request.augmentation.settings.model_dump_json(),
     )
 
 
@@ -158,16 +166,19 @@ class _StepGroup:
     # indices into the concatenated inputs ([clients, size])
     rows: torch.Tensor | None = None
     batches: torch.Tensor | None = None
+    # with augmentation: each sample's draws, in the batches' order ([clients * size, 3])
+    draws: torch.Tensor | None = None
     log_offset: int = 0  # where its losses go in the loss log
 
 
 class _GroupPlan:
     """Every step of a group's training, worked out on the CPU before the first step:
     each client's batch orders for all its epochs (drawn from its own generator, as
-    `train_locally` draws them, one per epoch), the clients that step together, and
-    their index tensors, all moved to the device in one transfer. The step loop then
-    never waits for the device: it slices this plan and writes each step's losses into
-    a log read once, when the update ends."""
+    `train_locally` draws them, one per epoch) and its augmentation draws (from its own
+    augmentation generator, one draw per epoch after the epoch's order, as there), the
+    clients that step together, and their index tensors, all moved to the device in one
+    transfer. The step loop then never waits for the device: it slices this plan and
+    writes each step's losses into a log read once, when the update ends."""
 
     def __init__(self, requests: list[TrainRequest]) -> None:
         device = requests[0].inputs.device
@@ -181,14 +192,22 @@ class _GroupPlan:
         # the generators' states after each epoch's draw: a client whose loss turns
         # non-finite stops after that epoch in train_locally, drawing no further orders
         self.generator_states: list[list[torch.Tensor]] = []
+        self.augmentation_states: list[list[torch.Tensor]] = []
         orders: list[list[torch.Tensor]] = []
+        augmentation_draws: list[list[torch.Tensor]] = []
         for request, n, offset in zip(requests, self.num_samples, self.offsets):
-            drawn, states = [], []
+            drawn, states, augmented, augmentation_states = [], [], [], []
             for _ in range(epochs if n else 0):
                 drawn.append(torch.randperm(n, generator=request.generator) + offset)
                 states.append(request.generator.get_state())
+                if request.augmentation is not None:
+                    augmented.append(request.augmentation.draw(n))
+                    augmentation_states.append(request.augmentation.generator.get_state())
             orders.append(drawn)
+            augmentation_draws.append(augmented)
             self.generator_states.append(states)
+            self.augmentation_states.append(augmentation_states)
+        augmenting = requests[0].augmentation is not None
         pieces: list[torch.Tensor] = []
         self.groups: list[_StepGroup] = []
         total = max(epochs * spe for spe in self.steps_per_epoch)
@@ -207,6 +226,11 @@ class _GroupPlan:
                     within = step % self.steps_per_epoch[client]
                     pieces.append(orders[client][step // self.steps_per_epoch[client]][within * batch : within * batch + size])
                 pieces.append(torch.as_tensor(clients, dtype=torch.int64))
+                if augmenting:
+                    for client in clients:
+                        within = step % self.steps_per_epoch[client]
+                        epoch_draws = augmentation_draws[client][step // self.steps_per_epoch[client]]
+                        pieces.append(epoch_draws[within * batch : within * batch + size].flatten())
                 self.groups.append(group)
         self.log_length = log_length
         flat = torch.cat(pieces).to(device) if pieces else torch.zeros(0, dtype=torch.int64, device=device)  # the one transfer
@@ -217,6 +241,9 @@ class _GroupPlan:
             position += count * group.size
             group.rows = flat[position : position + count]
             position += count
+            if augmenting:
+                group.draws = flat[position : position + count * group.size * DRAW_COLUMNS].view(count * group.size, DRAW_COLUMNS)
+                position += count * group.size * DRAW_COLUMNS
 
     def finish(self, requests: list[TrainRequest], loss_log: torch.Tensor) -> list[TrainStats]:
         """Each client's stats from the loss log (one read: the update's only wait for
@@ -243,6 +270,8 @@ class _GroupPlan:
                     epoch = step // spe
                     if epoch + 1 < epochs:
                         request.generator.set_state(self.generator_states[client][epoch])
+                        if request.augmentation is not None:
+                            request.augmentation.generator.set_state(self.augmentation_states[client][epoch])
                     break
             mean_loss = float("nan") if nonfinite or not seen else loss_sum / seen
             results.append(
@@ -323,10 +352,13 @@ class _Concatenated:
     inputs: torch.Tensor
     labels: torch.Tensor
     weights: torch.Tensor | None
+    augmentation: AugmentationConfig | None  # the group's crops and flips (the draws are the plan's)
 
     def __init__(self, requests: list[TrainRequest]) -> None:
         self.inputs = torch.cat([request.inputs for request in requests])
         self.labels = torch.cat([request.labels for request in requests])
+        first = requests[0].augmentation
+        self.augmentation = None if first is None else first.settings
         weighted = requests[0].sample_weights is not None
         self.weights = torch.cat([request.sample_weights for request in requests]) if weighted else None  # type: ignore[misc]
 
@@ -365,6 +397,8 @@ def _step(state: _StackedState, data: _Concatenated, group: _StepGroup) -> torch
         return tensor if rows is None else tensor[rows]
 
     inputs = data.inputs[group.batches]
+    if data.augmentation is not None and group.draws is not None:  # every client's batch in one gather
+        inputs = augment(inputs.flatten(0, 1), group.draws, data.augmentation).view(inputs.shape)
     labels = data.labels[group.batches]
     weights = None if data.weights is None else data.weights[group.batches]
     live = {name: take(state.params[name]).detach().requires_grad_(name in trainable) for name in names}

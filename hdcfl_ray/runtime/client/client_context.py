@@ -1,7 +1,7 @@
 """The client host's implementation of the contract's `ClientContext`: the model
-skeleton, the client's data as tensors, the protocol settings and a generator
-fixed by (seed, client, round). Methods train and score through it and never
-touch Ray."""
+skeleton, the client's data as tensors, the protocol settings and generators
+fixed by (seed, client, round): the batch order's and the training-time
+augmentation's. Methods train and score through it and never touch Ray."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import torch
 from torch import nn
 
 from hdcfl_ray import seeding
+from hdcfl_ray.config.augmentation import AugmentationConfig
 from hdcfl_ray.config.schema import OptimizerConfig, ProtocolConfig
 from hdcfl_ray.contract import BatchableRegulariser, EvalStats, ModelParams, TrainingBudget, TrainStats
+from hdcfl_ray.data.augmentation import TrainingAugmentation, training_augmentation
 from hdcfl_ray.models import FlatIndex, SplitModel, flatten_module, load_flat_into
 from hdcfl_ray.runtime.client.batched_training import TrainRequest, batchable, train_alone
 from hdcfl_ray.runtime.client.replica_weights import ReplicaWeights
@@ -68,6 +70,9 @@ class HostClientContext:
     _training_slot: TrainingSlot | None = None
     # set during a host's batched training round: where the model's weights are (staged or in the model)
     _replica_weights: ReplicaWeights | None = None
+    # the scenario's training-time augmentation (dataset.augmentation); its generator is made on first use
+    _augmentation_settings: AugmentationConfig = field(default_factory=AugmentationConfig)
+    _augmentation: TrainingAugmentation | None = field(default=None, init=False, repr=False, compare=False)
     # the model itself (`model` is how methods read it)
     _replica: SplitModel = field(init=False, repr=False, compare=False)
     # arrays `snapshot` returned from trained weights checked finite on the device
@@ -83,6 +88,13 @@ class HostClientContext:
         if not isinstance(self.generator, torch.Generator):
             self.generator = self.generator()
         return self.generator
+
+    def training_augmentation(self) -> TrainingAugmentation | None:
+        """The client's crops and flips for this round (one generator for all its training
+        this round), or None when the scenario adds none."""
+        if self._augmentation is None:
+            self._augmentation = training_augmentation(self._augmentation_settings, self.seed, self.client_id, self.round_index)
+        return self._augmentation
 
     # ---- budget ----
     @property
@@ -103,6 +115,12 @@ class HostClientContext:
     # ---- data ----
     def train_data(self) -> TensorPair:
         return self._train_data()
+
+    def training_batch(self, images: torch.Tensor) -> torch.Tensor:
+        """A batch of training images as local training sees it: augmented with the
+        client's next draws when the scenario augments, else `images` itself."""
+        augmentation = self.training_augmentation()
+        return images if augmentation is None else augmentation(images)
 
     def test_data(self) -> TensorPair:
         return self._test_data()
@@ -194,6 +212,7 @@ class HostClientContext:
             regulariser=regulariser,
             sample_weights=sample_weights,
             weights=weights if together else None,
+            augmentation=self.training_augmentation(),
         )
         if together:
             if not (train_head or train_encoder):

@@ -298,6 +298,7 @@ class ClientHost:
             _evaluation_batch=evaluation_batch,
             _training_slot=training_slot,
             _replica_weights=None if training_slot is None else self._replica_weights(model),
+            _augmentation_settings=self.scenario.dataset.augmentation,
         )
 
     @staticmethod
@@ -465,3 +466,20 @@ class ClientHost:
             for client_id, num_test, result, budget in evaluated
         ]
         return self._generation, reports
+
+    def evaluate_newcomers(
+        self, jobs: list[ClientJob], round_index: int, object_refs: Mapping[str, Any], epochs: int
+    ) -> tuple[str, list[EvalReport]]:
+        """Each newcomer job's evaluation by the method's newcomer rule (runtime/server/newcomers.py),
+        from the newcomer's initial state, one client at a time, with `epochs` of training budget."""
+        objects = {name: _resolve(ref) for name, ref in object_refs.items()}
+        reports = []
+        with self._precision_scope():
+            for job in jobs:
+                task = self._resolved_task(job.task)
+                ctx = self.context(job.client_id, round_index)  # no evaluation batch: scores are taken at once
+                needed = {name: objects[name] for name in task.models}
+                result = self.algorithm.evaluate_newcomer(ctx, self.initial_states[job.client_id], task, needed, epochs)  # type: ignore[attr-defined]
+                reports.append(EvalReport(job.client_id, int(ctx.test_data()[1].shape[0]), result, budget=ctx.budget))
+        return self._generation, reports
+

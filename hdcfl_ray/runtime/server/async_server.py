@@ -81,7 +81,8 @@ class AsyncFederatedServer(FederatedServer):
     # ---- dispatch ----
     def _idle_clients(self) -> list[int]:
         online = available_clients(self.num_clients, self.settings.protocol.availability, self.seed, self.dispatches + 1)
-        return [k for k in self.settings.available_at(online, self.virtual_time) if k not in self.in_flight]
+        # newcomers are never dispatched
+        return [k for k in self.settings.training_clients(self.settings.available_at(online, self.virtual_time)) if k not in self.in_flight]
 
     def _dispatch(self, client_id: int) -> None:
         self.dispatches += 1

@@ -64,3 +64,18 @@ class EvalReport:
     extra: Mapping[str, Any] = field(default_factory=dict)
     # training done while evaluating (FedBABU's fine-tuning, FedALA's weight learning)
     budget: TrainingBudget = TrainingBudget()
+
+
+@dataclass(frozen=True)
+class NewcomerReport:
+    """One newcomer's evaluation at one round (partition.newcomers): what the method's
+    newcomer rule placed and scored it with, or `result` None for a method without a
+    rule (`rule` then says so)."""
+
+    client_id: int
+    rule: str  # the method's newcomer rule as declared, or contract.NO_NEWCOMER_RULE
+    num_train_samples: int
+    num_test_samples: int = 0
+    result: EvalResult | None = None
+    # training the newcomer did to be placed and scored (fine-tuning, a head, its own model)
+    budget: TrainingBudget = TrainingBudget()

@@ -3,7 +3,8 @@
 Both servers take a finished update into the method's hands with
 `accepted_upload` (an update holding NaN/Inf is logged and left out), and end a
 round with `close_round`: every client is evaluated when the round is due (every
-`protocol.eval_every` rounds, the last round, and any round that refreshed), the
+`protocol.eval_every` rounds, the last round, and any round that refreshed), and so
+is every newcomer by the method's newcomer rule (newcomers.py), the
 host pool's events and the round's traffic (traffic.py) are collected, and the
 `RoundReport` the driver logs is built.
 """
@@ -16,7 +17,7 @@ from typing import Any, Protocol, Sequence
 
 from hdcfl_ray.contract import RoundNotes, Upload
 from hdcfl_ray.runtime.server.host_pool import HostPool, TrainingHandle
-from hdcfl_ray.runtime.server.messages import EvalReport, UploadMeta
+from hdcfl_ray.runtime.server.messages import EvalReport, NewcomerReport, UploadMeta
 from hdcfl_ray.runtime.server.settings import ServerSettings
 from hdcfl_ray.runtime.server.stored_models import StoredModels
 from hdcfl_ray.runtime.server.traffic import RoundTraffic, TrafficMeter
@@ -45,6 +46,8 @@ class RoundReport:
     virtual_time: float = 0.0  # virtual clock at the end of the round
     aggregate_seconds: float = 0.0  # server-side aggregation, a method's regrouping (refresh) included
     traffic: RoundTraffic = field(default_factory=RoundTraffic)  # each client's bytes this round, evaluation included
+    # the newcomers (partition.newcomers) scored by the method's newcomer rule, at evaluated rounds
+    newcomers: list[NewcomerReport] = field(default_factory=list)
 
 
 class RoundServer(Protocol):
@@ -57,6 +60,8 @@ class RoundServer(Protocol):
     traffic: TrafficMeter
 
     def evaluate_clients(self, round_index: int, final: bool) -> list[EvalReport]: ...
+
+    def evaluate_newcomers(self, round_index: int) -> list[NewcomerReport]: ...
 
 
 def accepted_upload(
@@ -104,6 +109,7 @@ def close_round(
     final = round_index == server.rounds
     due = evaluation_due(round_index, server.rounds, server.settings.protocol.eval_every, notes.refresh)
     eval_reports = server.evaluate_clients(round_index, final) if due else []
+    newcomers = server.evaluate_newcomers(round_index) if due else []
     events = [*events, *server.pool.take_events(), *late_events]
     traffic = server.traffic.take()  # after the evaluation, whose downloads belong to this round
     return RoundReport(
@@ -118,4 +124,5 @@ def close_round(
         virtual_time=server.virtual_time,
         aggregate_seconds=aggregate_seconds,
         traffic=traffic,
+        newcomers=newcomers,
     )

@@ -20,16 +20,20 @@ def select_clients(num_clients: int, clients_per_round: int, seed: int, round_in
     return sorted(pool[int(i)] for i in chosen)
 
 
-def evaluation_sample(num_clients: int, eval_clients: str | float | int, seed: int) -> tuple[int, ...]:
+def evaluation_sample(num_clients: int, eval_clients: str | float | int, seed: int, newcomers: tuple[int, ...] = ()) -> tuple[int, ...]:
     """The clients scored at every evaluated round (`protocol.eval_clients`), in id
-    order: all of them, or a sample of a count or fraction drawn once from the seed."""
+    order: all of them, or a sample of a count or fraction drawn once from the seed;
+    `newcomers` (scored apart, by their own rule) are never among them and the count
+    or fraction is of the others."""
+    held_out = set(newcomers)
+    pool = [client_id for client_id in range(num_clients) if client_id not in held_out]
     if eval_clients == "all":
-        return tuple(range(num_clients))
-    count = eval_clients if isinstance(eval_clients, int) else max(1, round(float(eval_clients) * num_clients))
-    if count >= num_clients:
-        return tuple(range(num_clients))
-    chosen = seeding.rng(seed, "eval_clients").choice(num_clients, size=count, replace=False)
-    return tuple(sorted(int(client_id) for client_id in chosen))
+        return tuple(pool)
+    count = eval_clients if isinstance(eval_clients, int) else max(1, round(float(eval_clients) * len(pool)))
+    if count >= len(pool):
+        return tuple(pool)
+    chosen = seeding.rng(seed, "eval_clients").choice(len(pool), size=count, replace=False)
+    return tuple(sorted(pool[int(position)] for position in chosen))
 
 
 def available_clients(num_clients: int, availability: AvailabilityConfig, seed: int, round_index: int) -> list[int]:

@@ -28,6 +28,18 @@ class ServerSettings:
     # runtime.batched_training as resolved (auto: the hosts train on CUDA): a synchronous
     # round then sends each host its clients' jobs in one call, so they can train together
     batched_training: bool = False
+    # partition.newcomers: the clients that never train, scored apart at every evaluated round
+    # by the method's newcomer rule (`newcomer_rule`, None: it has none) with `newcomer_epochs`
+    newcomers: tuple[int, ...] = ()
+    newcomer_rule: str | None = None
+    newcomer_epochs: int = 1
+
+    def training_clients(self, clients: list[int]) -> list[int]:
+        """`clients` without the newcomers, in the same order (`clients` itself without any)."""
+        if not self.newcomers:
+            return clients
+        held_out = set(self.newcomers)
+        return [client_id for client_id in clients if client_id not in held_out]
 
     @cached_property
     def _availability_windows(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -56,6 +68,10 @@ class ServerSettings:
 
 def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
     """From a Scenario and a Partition (typed loosely: the server imports no data code)."""
+    from hdcfl_ray.algorithms.registry import newcomer_rule
+    from hdcfl_ray.data.partitions.newcomers import scenario_newcomers
+
+    newcomers = scenario_newcomers(scenario)
     return ServerSettings(
         num_clients=partition.num_clients,
         clients_per_round=scenario.clients_per_round(),
@@ -63,6 +79,9 @@ def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
         protocol=scenario.protocol,
         client_train_sizes=tuple(client.num_train for client in partition.clients),
         profiles=tuple(client_profiles(scenario.protocol.system, partition.num_clients, scenario.seed)),
-        eval_client_ids=evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed),
+        eval_client_ids=evaluation_sample(partition.num_clients, scenario.protocol.eval_clients, scenario.seed, newcomers),
         batched_training=trains_batched(scenario.runtime),
+        newcomers=newcomers,
+        newcomer_rule=newcomer_rule(scenario.algorithm.name),
+        newcomer_epochs=scenario.protocol.newcomer_epochs,
     )

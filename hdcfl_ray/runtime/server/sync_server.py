@@ -17,7 +17,8 @@ from typing import Any
 
 from hdcfl_ray.contract import ClientTask, Method, ModelParams, Upload, asks_for_probes
 from hdcfl_ray.runtime.server.host_pool import HostPool
-from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, UploadMeta
+from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, NewcomerReport, UploadMeta
+from hdcfl_ray.runtime.server.newcomers import evaluate_newcomers
 from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
 from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, select_clients, selection_size
 from hdcfl_ray.runtime.server.settings import ServerSettings
@@ -97,7 +98,11 @@ class FederatedServer:
         answered and absorbed into the method's state; their events. Also the first step
         of an auto knob whose values a probe tells apart (auto_knobs/choose.py)."""
         probe_tasks = (
-            {k: t for k in range(self.num_clients) if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None}
+            {
+                k: t
+                for k in self.settings.training_clients(list(range(self.num_clients)))  # newcomers never enter the training state
+                if (t := self.algorithm.probe_task(self.state, round_index, k)) is not None
+            }
             if self._probes
             else {}
         )
@@ -122,6 +127,7 @@ class FederatedServer:
         protocol = settings.protocol
         round_start = self.virtual_time
         online = settings.available_at(available_clients(self.num_clients, protocol.availability, self.seed, round_index), round_start)
+        online = settings.training_clients(online)  # newcomers are never sampled
         wanted = min(settings.clients_per_round, len(online))
         sampled = select_clients(
             self.num_clients, selection_size(settings.clients_per_round, protocol.stragglers, len(online)), self.seed, round_index, online
@@ -196,3 +202,8 @@ class FederatedServer:
         answers = self.pool.call_per_host("evaluate", calls)
         reports = [report for host in sorted(answers) for report in answers[host]]
         return sorted(reports, key=lambda report: report.client_id)
+
+    def evaluate_newcomers(self, round_index: int) -> list[NewcomerReport]:
+        """Every newcomer (partition.newcomers) placed and scored by the method's newcomer
+        rule, in client-id order (`close_round` decides when: with the clients' evaluation)."""
+        return evaluate_newcomers(self.algorithm, self.state, self.settings, self.pool, self.traffic, round_index, self._put_broadcast)

@@ -15,6 +15,11 @@ Counted, per client:
   evaluation is part of its protocol for some methods (a personalised model a
   client must download to use) and a simulator artefact for others.
 
+Newcomers (partition.newcomers) have a ledger of their own (`RoundTraffic.newcomers`):
+what the server sends a newcomer to be placed and scored (its probe job and its
+evaluation job, each counted as a training job is) under down, its probe answer under
+up; nothing of it is ever in `clients` or in the training counts.
+
 Not counted: the client's state that the server keeps for crash recovery and sends
 with each job (a deployed client keeps its own), an update's bookkeeping scalars
 (sample count, loss, steps: the same for every method), evaluation scores sent back,
@@ -47,6 +52,8 @@ class RoundTraffic:
     """Every client's bytes in one round; a client absent from `clients` moved nothing."""
 
     clients: Mapping[int, ClientTraffic] = field(default_factory=dict)
+    # the newcomers' bytes this round (their evaluation), apart from every training client's
+    newcomers: Mapping[int, ClientTraffic] = field(default_factory=dict)
 
     def of(self, client_id: int) -> ClientTraffic:
         return self.clients.get(client_id, ClientTraffic())
@@ -73,6 +80,8 @@ class TrafficMeter:
         self._up: Counter[int] = Counter()
         self._down: Counter[int] = Counter()
         self._eval_down: Counter[int] = Counter()
+        self._newcomer_up: Counter[int] = Counter()
+        self._newcomer_down: Counter[int] = Counter()
 
     def _resolve(self, value: Any) -> Any:
         """The object a reference names; any other value as it is."""
@@ -105,6 +114,14 @@ class TrafficMeter:
     def sent_for_evaluation(self, client_id: int, task: ClientTask) -> None:
         self._eval_down[client_id] += self.task_bytes(task)
 
+    def sent_to_newcomer(self, client_id: int, task: ClientTask) -> None:
+        """A newcomer's probe or evaluation job, counted under the newcomer label."""
+        self._newcomer_down[client_id] += self.task_bytes(task)
+
+    def received_from_newcomer(self, client_id: int, answer: Any) -> None:
+        """A newcomer's probe answer, counted under the newcomer label."""
+        self._newcomer_up[client_id] += self.bytes_of(answer)
+
     def received_update(self, client_id: int, meta: Any, models_ref: Any) -> None:
         """A training update: its models as the host counted them (fetched and counted
         here only for a meta without the count), and its values."""
@@ -118,8 +135,11 @@ class TrafficMeter:
     def take(self) -> RoundTraffic:
         """The round's counts; the meter starts the next round at zero."""
         clients = sorted(set(self._up) | set(self._down) | set(self._eval_down))
+        newcomers = sorted(set(self._newcomer_up) | set(self._newcomer_down))
         traffic = RoundTraffic(
-            {k: ClientTraffic(up=self._up[k], down=self._down[k], eval_down=self._eval_down[k]) for k in clients}
+            {k: ClientTraffic(up=self._up[k], down=self._down[k], eval_down=self._eval_down[k]) for k in clients},
+            {k: ClientTraffic(up=self._newcomer_up[k], down=self._newcomer_down[k]) for k in newcomers},
         )
         self._up, self._down, self._eval_down = Counter(), Counter(), Counter()
+        self._newcomer_up, self._newcomer_down = Counter(), Counter()
         return traffic
