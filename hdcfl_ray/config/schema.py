@@ -47,6 +47,13 @@ def _check_name(kind: str, what: str, value: str) -> str:
     return value
 
 
+def _not_a_flag(value: object, expected: str) -> object:
+    """`value` unless it is a YAML boolean, which would otherwise read as the count 1 or 0."""
+    if isinstance(value, bool):
+        raise ValueError(expected)
+    return value
+
+
 # the message of a key a plugin-holding section does not know; the scenario loader reads
 # the key back out of it to report the full key path and the allowed keys
 UNKNOWN_SECTION_KEY = "unknown key (a plugin's section is named after the plugin)"
@@ -282,9 +289,7 @@ class PartitionConfig(PluginSections):
     @field_validator("newcomers", mode="before")
     @classmethod
     def _newcomers_not_a_flag(cls, value: object) -> object:
-        if isinstance(value, bool):  # YAML's yes/true would otherwise read as the count 1
-            raise ValueError("use a count of clients >= 1, a fraction in (0, 1), or null for none; not true/false")
-        return value
+        return _not_a_flag(value, "use a count of clients >= 1, a fraction in (0, 1), or null for none; not true/false")
 
     @field_validator("newcomers")
     @classmethod
@@ -590,9 +595,7 @@ class ProtocolConfig(Section):
     @field_validator("eval_clients", mode="before")
     @classmethod
     def _eval_clients_not_a_flag(cls, value: object) -> object:
-        if isinstance(value, bool):  # YAML's yes/true would otherwise read as the count 1
-            raise ValueError("must be all, a fraction in (0, 1] or a client count >= 1, not true/false")
-        return value
+        return _not_a_flag(value, "must be all, a fraction in (0, 1] or a client count >= 1, not true/false")
 
     @field_validator("eval_clients")
     @classmethod
