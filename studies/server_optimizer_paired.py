@@ -64,7 +64,8 @@ def setting_rows(name: str, plain: Side, adam: Side) -> list[str]:
             after = [scale * adam.records[(method, seed)].values.get(metric, math.nan) for seed in seeds]
             diffs = [b - a for a, b in zip(before, after)]
             verdict = "-" if any(math.isnan(d) for d in diffs) else paired_verdict(diffs)
-            cells += [_cell(before), _cell(after), " / ".join(f"{d:+.2f}" for d in diffs), verdict]
+            shown = "-" if all(math.isnan(d) for d in diffs) else " / ".join("-" if math.isnan(d) else f"{d:+.2f}" for d in diffs)
+            cells += [_cell(before), _cell(after), shown, verdict]
         groups = [
             f"{_cell([plain.records[(method, s)].values.get('num_groups', math.nan) for s in seeds])} -> "
             f"{_cell([adam.records[(method, s)].values.get('num_groups', math.nan) for s in seeds])}"
@@ -74,6 +75,24 @@ def setting_rows(name: str, plain: Side, adam: Side) -> list[str]:
             f"{_cell([total_megabytes(adam.records[(method, s)].values) for s in seeds])}"
         ]
         rows.append("| " + " | ".join(cells + groups + megabytes) + " |")
+    return rows
+
+
+def reference_rows(name: str, plain: Side) -> list[str]:
+    """The trivial references the runs recorded (the same partition for every method of a
+    seed): mean and worst client accuracy over the seeds, in the plain columns."""
+    by_reference: dict[str, dict[int, dict[str, float]]] = {}
+    for (_, seed), record in plain.records.items():
+        for reference, summary in (record.trivial_references or {}).items():
+            by_reference.setdefault(reference, {})[seed] = summary
+    rows = []
+    for reference, by_seed in sorted(by_reference.items()):
+        seeds = sorted(by_seed)
+        cells = [name, f"*reference: {reference}*", ", ".join(map(str, seeds))]
+        for metric, _, scale in COMPARED:
+            values = [scale * by_seed[seed].get(metric, math.nan) for seed in seeds]
+            cells += [_cell(values), "-", "-", "-"] if metric != "ari_true" else ["-", "-", "-", "-"]
+        rows.append("| " + " | ".join(cells + ["-", "-"]) + " |")
     return rows
 
 
@@ -127,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = []
     for name, plain_dir, adam_dir in args.pair:
         plain, adam = _side(Path(plain_dir)), _side(Path(adam_dir))
-        lines += setting_rows(name, plain, adam)
+        lines += setting_rows(name, plain, adam) + reference_rows(name, plain)
         if args.figures is not None:
             args.figures.mkdir(parents=True, exist_ok=True)
             figures.append(curves_figure(name, plain, adam, args.figures))
@@ -135,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Final round, mean ± sample std over the seeds; ARI against the planted groups (x100); 'diff. per seed' is "
         f"FedAdam minus the plain average, seed by seed. Verdict of FedAdam against the plain average: {RULE}. "
-        "MB: training traffic up plus down over the run, per seed averaged.",
+        "MB: training traffic up plus down over the run, per seed averaged. *reference* rows: the trivial references the "
+        "runs recorded (each client's own majority class, or the pooled one, scored on its test set): what a model that "
+        "learned nothing but the label counts reaches.",
     ]
     args.out.write_text("\n".join(lines) + "\n")
     for path in figures:
