@@ -34,20 +34,16 @@ from hdcfl_ray.auto_knobs.plan import AutoPlan
 from hdcfl_ray.auto_knobs.record import AutoKnobsRecord
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.errors import failure_text
+from hdcfl_ray.user_cache import CACHE_VARIABLE, user_cache_folder  # noqa: F401  (CACHE_VARIABLE re-exported)
 
 CACHE_FOLDER = "auto-knobs"  # under the user's cache folder, or a sweep's folder
 CHOICE_FILE = "choice.json"
 LOCK_FILE = ".lock"
-CACHE_VARIABLE = "HDCFL_RAY_CACHE"
 
 
 def default_root(scenario: Scenario | None = None) -> Path:
     """The user's cache of choices (module docstring), an absolute path."""
-    explicit = os.environ.get(CACHE_VARIABLE)
-    if explicit:
-        return Path(explicit).expanduser().resolve() / CACHE_FOLDER
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser().resolve() / "hdcfl-ray" / CACHE_FOLDER
+    return user_cache_folder(CACHE_FOLDER)
 
 
 def _method_code(method: str) -> str:

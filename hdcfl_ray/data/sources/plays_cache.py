@@ -29,18 +29,14 @@ import numpy as np
 from hdcfl_ray.data.sources.play_roles import MIN_LINES, RULES_VERSION, RoleTexts
 from hdcfl_ray.data.sources.text import VOCABULARY
 from hdcfl_ray.durable_files import fsync_directory
+from hdcfl_ray.user_cache import user_cache_folder
 
-CACHE_VARIABLE = "HDCFL_RAY_CACHE"  # the same root as hdcfl_ray/auto_knobs/cache.py
 CACHE_FOLDER = "shakespeare-plays"
 
 
 def cache_root() -> Path:
     """The folder of the parsed plays (module docstring), an absolute path."""
-    explicit = os.environ.get(CACHE_VARIABLE)
-    if explicit:
-        return Path(explicit).expanduser().resolve() / CACHE_FOLDER
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser().resolve() / "hdcfl-ray" / CACHE_FOLDER
+    return user_cache_folder(CACHE_FOLDER)
 
 
 def cache_key(files: Sequence[tuple[str, str]]) -> str:
