@@ -107,6 +107,18 @@ def test_an_edit_of_num_cpus_per_actor_that_changes_the_threads_is_named_as_the_
     assert [change.key for change in setting_changes(before, gpu)] == ["runtime.batched_training", "runtime.num_gpus_per_actor"]
 
 
+def test_one_data_folder_spelled_relative_or_absolute_is_one_setting(tmp_path, monkeypatch):
+    data = tmp_path / "data" / "cifar"
+    data.mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    absolute = build_scenario(tiny_scenario(dataset={"path": str(data)}))
+    relative = build_scenario(tiny_scenario(dataset={"path": "../data/cifar"}))
+    assert setting_changes(absolute, relative) == []
+    other = build_scenario(tiny_scenario(dataset={"path": "../data"}))
+    assert [change.key for change in setting_changes(absolute, other)] == ["dataset.path"]
+
+
 def test_a_safe_edit_resumes_to_the_uninterrupted_tables(stopped, reference):
     path = stopped / "scenario.yaml"
     assert "num_cpus: null" in path.read_text()

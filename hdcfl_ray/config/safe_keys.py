@@ -6,6 +6,7 @@ recorded when it started) and the settings reports group runs by
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hdcfl_ray.config.schema import Scenario
@@ -69,8 +70,9 @@ def own_sections(raw: dict[str, Any]) -> dict[str, Any]:
 
 def comparable(scenario: Scenario) -> dict[str, Any]:
     """A scenario's keys, flat, as compared between a run and its rerun or resume: only
-    the running method's own section, and the two arithmetic keys that are compared as
-    resolved (see ARITHMETIC_KEYS) replaced by what they resolve to."""
+    the running method's own section, and the arithmetic keys that are compared as
+    resolved (see ARITHMETIC_KEYS) replaced by what they resolve to, and `dataset.path`
+    by the folder it names."""
     from hdcfl_ray.config.runtime_resolved import torch_threads_per_host
     from hdcfl_ray.config.runtime_resolved import trains_batched
 
@@ -78,4 +80,13 @@ def comparable(scenario: Scenario) -> dict[str, Any]:
     flat["runtime.torch_threads"] = torch_threads_per_host(scenario.runtime)
     flat["runtime.num_gpus_per_actor"] = "CUDA" if scenario.runtime.num_gpus_per_actor > 0 else "CPU"
     flat["runtime.batched_training"] = trains_batched(scenario.runtime)
+    if isinstance(flat.get("dataset.path"), str):
+        flat["dataset.path"] = data_location(flat["dataset.path"])
     return flat
+
+
+def data_location(path: str) -> str:
+    """`dataset.path` as the folder it names: `../shared/data` from the repository root and
+    `/work/shared/data` are one folder, so a rerun that spells it the other way (an
+    environment variable set relative, then absolute) is the same setting."""
+    return os.path.realpath(os.path.expanduser(path))
