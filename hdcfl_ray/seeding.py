@@ -37,6 +37,9 @@ STREAM_TAGS: dict[str, int] = {
     "pretrain": 0x97E7,  # `hdcfl-ray pretrain`'s batch order and rotations (keys: epoch)
     "eval_clients": 0xE7A1,  # the clients protocol.eval_clients scores at every evaluated round (no keys)
     "newcomers": 0x9E3C,  # which clients partition.newcomers holds out of training (no keys)
+    "dp-poisson": 0xD9F5,  # privacy.sampling: poisson, which clients join a synchronous round (keys: round)
+    "privacy_noise": 0xD9A0,  # the Gaussian noise of a privacy release (keys: round, release slot)
+    "privacy_head_sketch": 0xD95C,  # HDC-FL's public sketch directions under privacy (keys: head length, rank)
 }
 
 

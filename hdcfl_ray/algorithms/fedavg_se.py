@@ -16,7 +16,19 @@ import numpy as np
 from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, ServerOptimizerConfig, Upload
+from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_mean
+from hdcfl_ray.contract import (
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    PrivacyRule,
+    ResolvedPrivacy,
+    RoundNotes,
+    ServerOptimizerConfig,
+    Upload,
+)
 from hdcfl_ray.algorithms.shared_encoder_scores import shared_encoder_scores
 from hdcfl_ray.algorithms.newcomer_training import newcomer_head
 from hdcfl_ray.hdcfl.encoder_store import CachePrecision, CacheStorage, DiskEncoderStore, resolve_storage
@@ -40,6 +52,7 @@ class SharedEncoderState:
     global_encoder: np.ndarray
     cache: dict[int, CachedClient] = field(default_factory=dict)
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
+    clip: ClipState | None = None  # under privacy: the clip the clients use this round (no cache is kept)
 
 
 class FedAvgSE(AlgorithmDefaults):
@@ -51,8 +64,12 @@ class FedAvgSE(AlgorithmDefaults):
         cache_precision: CachePrecision = "float16",
         cache_dir: str | None = None,
         server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
+        privacy: ResolvedPrivacy | None = None,
+        seed: int = 0,
     ) -> None:
         self.server_optimizer = server_optimizer
+        self.privacy = privacy
+        self.seed = seed
         self.cache_storage = cache
         self.cache_precision = cache_precision
         self.cache_dir = cache_dir
@@ -65,9 +82,14 @@ class FedAvgSE(AlgorithmDefaults):
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> SharedEncoderState:
         self._open_cache(num_clients, int(np.shape(initial.encoder)[0]))
-        return SharedEncoderState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
+        return SharedEncoderState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True), clip=self.initial_clip())
+
+    def initial_clip(self) -> ClipState | None:
+        return None if self.privacy is None else ClipState(self.privacy.clip)
 
     def _open_cache(self, num_clients: int, encoder_length: int) -> None:
+        if self.privacy is not None:  # under privacy the server keeps no client's encoder
+            return
         if resolve_storage(self.cache_storage, num_clients, encoder_length) == "disk":
             self._disk_store = DiskEncoderStore(num_clients, encoder_length, self.cache_precision, self.cache_dir)
 
@@ -87,9 +109,12 @@ class FedAvgSE(AlgorithmDefaults):
         return {"global": state.global_encoder}
 
     def training_task(self, state: SharedEncoderState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=("global",))
+        return ClientTask(models=("global",), payload={} if state.clip is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: SharedEncoderState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if self.privacy is not None and state.clip is not None:
+            self.aggregate_private_encoder(self.privacy, state, state.clip, round_index, uploads)
+            return RoundNotes(releases=(self.privacy.release(),))
         if not uploads:
             return RoundNotes()
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
@@ -98,6 +123,17 @@ class FedAvgSE(AlgorithmDefaults):
         for upload in ordered:
             self.async_record(state, round_index, upload)
         return RoundNotes()
+
+    def aggregate_private_encoder(
+        self, privacy: ResolvedPrivacy, state: SharedEncoderState, clip: ClipState, round_index: int, uploads: list[Upload]
+    ) -> None:
+        """Under privacy: the global encoder steps with the noised mean of the clipped encoder
+        updates (released even when no client took part); the heads never left the clients."""
+        start = ModelParams(encoder=state.global_encoder)
+        mean_update = released_mean(privacy, clip.clip, uploads, start, with_head=False, seed=self.seed, round_index=round_index)
+        averaged = (np.asarray(state.global_encoder, np.float64) + mean_update.encoder).astype(np.float32)
+        state.global_encoder = server_step(self.server_optimizer, state.server_moments, "global/encoder", state.global_encoder, averaged)
+        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
 
     # ---- asynchronous mode: the runtime mixes single updates into the shared vector ----
     def async_shared(self, state: SharedEncoderState) -> np.ndarray:
@@ -135,6 +171,11 @@ class FedAvgSE(AlgorithmDefaults):
         ctx.load(ModelParams(objects["global"]), head=state.head)
         stats = ctx.train()
         trained = ctx.snapshot()
+        if "clip" in task.payload:  # privacy: the clipped encoder update; the head stays here
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(ModelParams(objects["global"]), trained, clip, with_head=False)
+            upload = private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip, **self.private_values(task, trained))
+            return upload, PrivateHead(head=trained.head)
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=stats.num_samples,
@@ -144,6 +185,10 @@ class FedAvgSE(AlgorithmDefaults):
             values={"head": trained.head},
         )
         return upload, PrivateHead(head=trained.head)
+
+    def private_values(self, task: ClientTask, trained: ModelParams) -> dict[str, Any]:
+        """What a client adds to its clipped update under privacy (HDC-FL: its head sketch at a refresh)."""
+        return {}
 
     def evaluate(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         return EvalResult(references=self.shared_encoder_references(ctx, state, task, objects), headline="global")
@@ -170,8 +215,12 @@ SHARED_ENCODER_RULE = "the global encoder and a head trained on it, encoder froz
 METHOD = MethodSpec(
     name="fedavg_se",
     summary="FedAvg-SE: a shared encoder is averaged, every client keeps a private head",
-    build=lambda _params, run: FedAvgSE(server_optimizer=run.server_optimizer),
+    build=lambda _params, run: FedAvgSE(server_optimizer=run.server_optimizer, privacy=run.privacy, seed=run.seed),
     applies_server_optimizer=True,
     asynchronous=True,
     newcomer_rule=SHARED_ENCODER_RULE,
+    privacy=PrivacyRule(
+        sends="the shared encoder's update, clipped: one noised mean a round",
+        kept_on_client="the head, and the encoder it trained (the server keeps no cache, so no 'local' reference)",
+    ),
 )

@@ -8,7 +8,7 @@ encoder."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping
 
 import numpy as np
@@ -17,10 +17,28 @@ from pydantic import Field
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.algorithms.newcomer_training import newcomer_head
+from hdcfl_ray.algorithms.private_updates import SLOT_DESCRIPTORS, SLOT_GROUPS, noise_stream, released_group_means, value_multiplier
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
-from hdcfl_ray.contract import AutoKnob, ClientContext, ClientTask, EvalResult, MethodSpec, RunInfo, ModelParams, RoundNotes, Section, ServerOptimizerConfig, Upload, doubled_count
+from hdcfl_ray.contract import (
+    AutoKnob,
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    PrivacyRule,
+    RefreshSummary,
+    ResolvedPrivacy,
+    RoundNotes,
+    RunInfo,
+    Section,
+    ServerOptimizerConfig,
+    Upload,
+    doubled_count,
+)
 from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
-from hdcfl_ray.hdcfl.refresh import refresh_summary, run_refresh
+from hdcfl_ray.hdcfl.private_grouping import group_sketches, head_sketch, sketch_axes
+from hdcfl_ray.hdcfl.refresh import kmeans_seed, refresh_summary, run_refresh
 
 
 class HDCFLParams(Section):
@@ -71,6 +89,17 @@ class Personalisation:
 @dataclass
 class HDCFLState(SharedEncoderState):
     personalisation: Personalisation | None = None
+    # under privacy: each client's last noised head sketch (a released value), by client id
+    sketches: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+SKETCH = "head_sketch"  # Upload.values key of a client's head sketch under privacy (refresh rounds)
+
+
+def refresh_rounds(params: HDCFLParams, rounds: int) -> list[int]:
+    """The refresh rounds of a run of `rounds` rounds (HDCFL.is_refresh_round's schedule)."""
+    activation = params.activation_round or default_activation_round(rounds)
+    return [r for r in range(1, rounds + 1) if r >= activation and ((r - activation) % params.refresh_every == 0 or r == rounds)]
 
 
 class HDCFL(FedAvgSE):
@@ -83,9 +112,15 @@ class HDCFL(FedAvgSE):
         seed: int,
         server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
         keep_geometry: bool = False,
+        privacy: ResolvedPrivacy | None = None,
     ) -> None:
         super().__init__(
-            cache=params.cache, cache_precision=params.cache_precision, cache_dir=params.cache_dir, server_optimizer=server_optimizer
+            cache=params.cache,
+            cache_precision=params.cache_precision,
+            cache_dir=params.cache_dir,
+            server_optimizer=server_optimizer,
+            privacy=privacy,
+            seed=seed,
         )
         self.params = params
         self.keep_geometry = keep_geometry  # a run with newcomers places them with each refresh's geometry
@@ -105,11 +140,87 @@ class HDCFL(FedAvgSE):
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> HDCFLState:
         self._open_cache(num_clients, int(np.shape(initial.encoder)[0]))
-        return HDCFLState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True))
+        return HDCFLState(global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True), clip=self.initial_clip())
 
     def aggregate(self, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if self.privacy is not None and state.clip is not None:
+            return self._aggregate_private(self.privacy, state, round_index, uploads)
         super().aggregate(state, round_index, uploads)
         return self._refresh_if_due(state, round_index)
+
+    # ---- under privacy (docs/privacy.md): noised sketches and noised group sums ----
+    def training_task(self, state: HDCFLState, round_index: int, client_id: int) -> ClientTask:
+        task = super().training_task(state, round_index, client_id)
+        if self.privacy is None or not self.is_refresh_round(round_index):
+            return task
+        return ClientTask(models=task.models, payload={**task.payload, "sketch_rank": self.params.rank})
+
+    def private_values(self, task: ClientTask, trained: ModelParams) -> dict[str, Any]:
+        if "sketch_rank" not in task.payload or trained.head is None:
+            return {}
+        axes = sketch_axes(self.seed, int(np.size(trained.head)), int(task.payload["sketch_rank"]))
+        return {SKETCH: head_sketch(trained.head, axes)}
+
+    def _aggregate_private(self, privacy: ResolvedPrivacy, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        """Every round the global encoder's noised mean; at a refresh round also each sampled
+        client's noised head sketch (one release: a client's sketch has norm 1) and, once the
+        server has grouped the sketches it holds, each group's noised sum of this round's
+        encoder updates with its noised count (one release), from which the prototypes come."""
+        assert state.clip is not None
+        start = np.array(state.global_encoder, dtype=np.float32, copy=True)
+        clip = state.clip.clip
+        self.aggregate_private_encoder(privacy, state, state.clip, round_index, uploads)
+        releases = [privacy.release()]
+        if not self.is_refresh_round(round_index):
+            return RoundNotes(releases=tuple(releases))
+        rng = noise_stream(self.seed, round_index, SLOT_DESCRIPTORS)
+        multiplier = value_multiplier(privacy)
+        for upload in sorted(uploads, key=lambda u: u.client_id):
+            sketch = np.asarray(upload.values[SKETCH], dtype=np.float64)
+            state.sketches[upload.client_id] = sketch + rng.standard_normal(sketch.shape) * multiplier
+        releases.append(privacy.release())
+        if not state.sketches:
+            return RoundNotes(releases=tuple(releases), events=(f"HDC-FL round {round_index}: no head sketch yet, no groups",))
+        client_ids = sorted(state.sketches)
+        grouping = group_sketches(
+            np.stack([state.sketches[k] for k in client_ids]),
+            self.params.groups,
+            self.params.membership,
+            self.params.temperature,
+            self.params.temperature_scale,
+            seed=kmeans_seed(self.seed, self.refresh_index(round_index)),
+            n_init=self.params.kmeans_init,
+        )
+        label_of = {k: int(grouping.labels[i]) for i, k in enumerate(client_ids)}
+        members = [(label_of[u.client_id], u) for u in uploads if u.client_id in label_of]
+        release = released_group_means(
+            privacy, clip, members, grouping.num_groups, ModelParams(encoder=start), with_head=False, seed=self.seed, round_index=round_index, slot=SLOT_GROUPS
+        )
+        releases.append(privacy.release())
+        prototypes = np.stack(
+            [
+                state.global_encoder if mean is None else (start.astype(np.float64) + mean.encoder).astype(np.float32)
+                for mean in release.means
+            ]
+        )
+        summary = RefreshSummary(
+            round_index=round_index,
+            group_labels=label_of,
+            memberships={k: grouping.memberships[i] for i, k in enumerate(client_ids)},
+            silhouette=float(grouping.silhouette),
+            effective_rank=int(state.sketches[client_ids[0]].shape[0]),
+            num_groups=grouping.num_groups,
+            descriptor_kind="noised head sketches",
+        )
+        state.personalisation = Personalisation(
+            prototypes=prototypes,
+            memberships=dict(summary.memberships),
+            group_labels=dict(summary.group_labels),
+            refresh_round=round_index,
+        )
+        kept = [g for g, mean in enumerate(release.means) if mean is None]
+        events = (f"HDC-FL round {round_index}: groups {kept} released no prototype (noised count below privacy.min_group_size); the global encoder stands in",) if kept else ()
+        return RoundNotes(refresh=summary, releases=tuple(releases), events=events)
 
     def async_after_apply(self, state: HDCFLState, version: int) -> RoundNotes:
         """In asynchronous mode rounds are server versions: refresh every R versions."""
@@ -218,7 +329,12 @@ METHOD = MethodSpec(
     summary="HDC-FL: groups read off the private heads, each client scored with a soft mixture of encoder prototypes",
     params=HDCFLParams,
     build=lambda params, run: HDCFL(
-        params, rounds=run.rounds, seed=run.seed, server_optimizer=run.server_optimizer, keep_geometry=bool(run.newcomers)
+        params,
+        rounds=run.rounds,
+        seed=run.seed,
+        server_optimizer=run.server_optimizer,
+        keep_geometry=bool(run.newcomers) and run.privacy is None,
+        privacy=run.privacy,
     ),
     applies_server_optimizer=True,
     asynchronous=True,
@@ -228,4 +344,11 @@ METHOD = MethodSpec(
     shortened=_shortened,
     newcomer_rule="a head trained on the frozen global encoder for protocol.newcomer_epochs epochs, its memberships "
     "against the last refresh's groups, and that mixture of prototypes with the head (the global encoder before a refresh)",
+    privacy=PrivacyRule(
+        sends="the shared encoder's update, clipped (one noised mean a round); at a refresh round also each client's head "
+        "sketch (its unit head on public directions, norm 1, noised) and the groups' sums of encoder updates with their "
+        "counts (one noised release), the prototypes",
+        kept_on_client="the head (the server groups noised sketches, never heads) and the encoder it trained (no cache)",
+        planned_releases=lambda params, rounds, total: ((1.0, rounds + 2 * sum(1 for r in refresh_rounds(params, total) if r <= rounds)),),
+    ),
 )

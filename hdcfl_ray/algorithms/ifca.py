@@ -35,8 +35,23 @@ from hdcfl_ray.algorithms.cluster_models import (
     train_cluster_model,
 )
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_group_means, shifted
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
-from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import (
+    AutoKnob,
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    PrivacyRule,
+    ResolvedPrivacy,
+    RoundNotes,
+    RunInfo,
+    Section,
+    Upload,
+    doubled_count,
+)
 
 
 class IFCAParams(Section):
@@ -77,6 +92,7 @@ class IFCAState:
     models: list[ModelParams]
     empty_since: dict[int, int] = field(default_factory=dict)  # cluster -> first round of its current empty run
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per cluster
+    clip: ClipState | None = None  # under privacy: the clip the clients use this round
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,7 @@ class IFCA(AlgorithmDefaults):
         self.params = params
         self.seed = run.seed
         self.server_optimizer = run.server_optimizer
+        self.privacy: ResolvedPrivacy | None = run.privacy
         self.clusters = params.clusters
         self.independent_inits = params.clusters
         self.names = cluster_object_names(params.clusters)
@@ -101,15 +118,18 @@ class IFCA(AlgorithmDefaults):
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> IFCAState:
         if len(independent) != self.clusters:
             raise ValueError(f"IFCA needs {self.clusters} independent initialisations, got {len(independent)}")
-        return IFCAState(models=[copy_model(model) for model in independent])
+        clip = None if self.privacy is None else ClipState(self.privacy.clip)
+        return IFCAState(models=[copy_model(model) for model in independent], clip=clip)
 
     def broadcast(self, state: IFCAState, round_index: int) -> dict[str, Any]:
         return cluster_objects(state.models)
 
     def training_task(self, state: IFCAState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=self.names)
+        return ClientTask(models=self.names, payload={} if state.clip is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: IFCAState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if self.privacy is not None and state.clip is not None:
+            return self._aggregate_private(self.privacy, state, state.clip, round_index, uploads)
         events: list[str] = []
         if round_index == 1:
             events.append(f"IFCA: {self.clusters} cluster models from {self.clusters} independent initialisations")
@@ -121,6 +141,19 @@ class IFCA(AlgorithmDefaults):
         events.append(f"IFCA round {round_index}: cluster sizes {sizes}")
         events += self._track_empty(state, round_index, sizes)
         return RoundNotes(events=tuple(events))
+
+    def _aggregate_private(self, privacy: ResolvedPrivacy, state: IFCAState, clip: ClipState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        """Each cluster's noised sum of its members' clipped updates with its noised count (one
+        release: a client is in one cluster); a cluster whose noised count is below
+        privacy.min_group_size keeps its model. Sizes are logged as the noised counts."""
+        members = [(int(upload.values["cluster"]), upload) for upload in uploads]
+        release = released_group_means(privacy, clip.clip, members, self.clusters, state.models[0], with_head=True, seed=self.seed, round_index=round_index)
+        averaged = [model if mean is None else shifted(model, mean) for model, mean in zip(state.models, release.means)]
+        trained = {cluster for cluster, mean in enumerate(release.means) if mean is not None}
+        state.models = server_step_clusters(self.server_optimizer, state.server_moments, state.models, averaged, trained)
+        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
+        counts = ", ".join(f"{count:.1f}" for count in release.counts)
+        return RoundNotes(releases=(privacy.release(),), events=(f"IFCA round {round_index}: noised cluster counts [{counts}]",))
 
     @staticmethod
     def _track_empty(state: IFCAState, round_index: int, sizes: list[int]) -> list[str]:
@@ -150,6 +183,13 @@ class IFCA(AlgorithmDefaults):
     def local_update(self, ctx: ClientContext, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, IFCAClient]:
         models = models_from_objects(objects, self.clusters)
         chosen = self._assign(ctx, models)
+        if "clip" in task.payload:  # privacy: the clipped update of the chosen cluster's model, never the model
+            clip = float(task.payload["clip"])
+            ctx.load(models[chosen])
+            stats = ctx.train()
+            update, norm = clipped_update(models[chosen], ctx.snapshot(), clip, with_head=True)
+            upload = private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip, cluster=chosen)
+            return upload, IFCAClient(cluster=chosen)
         return train_cluster_model(ctx, models[chosen], chosen), IFCAClient(cluster=chosen)
 
     def evaluate(self, ctx: ClientContext, state: IFCAClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
@@ -174,4 +214,9 @@ METHOD = MethodSpec(
     extra_models="clusters",
     auto_knobs=(AutoKnob("clusters", (2, 4, 10), counts_models=True, beyond=doubled_count),),
     newcomer_rule="the cluster model of lowest loss on its training data (IFCA's assignment), untrained",
+    privacy=PrivacyRule(
+        sends="the chosen cluster model's update (encoder and head), clipped: one noised sum per cluster with its noised "
+        "count, one release a round",
+        kept_on_client="nothing more: the cluster choice is made on the client, as without privacy",
+    ),
 )

@@ -7,8 +7,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -196,8 +197,7 @@ def _key_location(location: list[str]) -> list[str]:
     for part in location:
         if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
             keys.append(part)
-            annotation = model.model_fields[part].annotation
-            model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+            model = _section_model(model.model_fields[part].annotation)
         elif part.isdigit() and keys:  # an item of a list key such as partition.angles
             keys.append(part)
             model = None
@@ -235,10 +235,19 @@ def _allowed_keys(section: list[str], raw: dict[str, Any]) -> list[str]:
     model: Any = schema.Scenario
     for part in section:
         field = model.model_fields.get(part)
-        if field is None or not isinstance(field.annotation, type):
+        model = None if field is None else _section_model(field.annotation)
+        if model is None:
             return []
-        model = field.annotation
     return sorted(model.model_fields)
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The section a key's annotation holds: a model, or a model that may be null (an
+    optional section such as `privacy`); None for a value."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    models = [member for member in members if isinstance(member, type) and issubclass(member, BaseModel)]
+    others = [member for member in members if member is not type(None) and member not in models]
+    return models[0] if len(models) == 1 and not others else None
 
 
 def _deep_copy(value: Any) -> Any:

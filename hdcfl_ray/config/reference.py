@@ -38,7 +38,13 @@ def scenario_reference(model: type[BaseModel] = Scenario) -> str:
 
     A required key shows a placeholder (its first `examples` entry, else its first `Literal` choice) and its
     comment starts with "required", so the block still loads as a scenario."""
-    lines = _section_lines(model, None, 0)
+    return section_reference(model)
+
+
+def section_reference(model: type[BaseModel], defaults: BaseModel | None = None, depth: int = 0) -> str:
+    """`scenario_reference` of one section, its keys indented `depth` levels; `defaults`: an
+    instance whose values are shown (a nested section set there is shown key by key)."""
+    lines = _section_lines(model, defaults, depth)
     return "".join(_aligned(left, comment) + "\n" for left, comment in lines)
 
 
@@ -48,28 +54,38 @@ def fenced_reference() -> str:
 
 def with_reference(markdown: str) -> str:
     """`markdown` with the text between the two marker comments replaced by the current reference."""
-    start, end = _block_span(markdown)
-    return markdown[:start] + "\n" + fenced_reference() + markdown[end:]
+    return with_block(markdown, START_MARKER, END_MARKER, fenced_reference())
 
 
 def extract_reference(markdown: str) -> str:
     """The YAML between the marker comments of `markdown` (without its code fence)."""
-    start, end = _block_span(markdown)
-    block = markdown[start:end].removeprefix("\n")
+    block = block_between(markdown, START_MARKER, END_MARKER)
     if not (block.startswith("```yaml\n") and block.endswith("\n```\n")):
         raise ValueError(f"the text between {START_MARKER} and {END_MARKER} is not one ```yaml code block")
     return block.removeprefix("```yaml\n").removesuffix("```\n")
 
 
-def _block_span(markdown: str) -> tuple[int, int]:
+def with_block(markdown: str, start_marker: str, end_marker: str, body: str) -> str:
+    """`markdown` with the text between the two marker comments replaced by `body` (a generated block)."""
+    start, end = _block_span(markdown, start_marker, end_marker)
+    return markdown[:start] + "\n" + body + markdown[end:]
+
+
+def block_between(markdown: str, start_marker: str, end_marker: str) -> str:
+    """The text between the two marker comments of `markdown`, without the line break after the first."""
+    start, end = _block_span(markdown, start_marker, end_marker)
+    return markdown[start:end].removeprefix("\n")
+
+
+def _block_span(markdown: str, start_marker: str, end_marker: str) -> tuple[int, int]:
     """Offsets just after the start marker and at the end marker."""
-    for marker in (START_MARKER, END_MARKER):
+    for marker in (start_marker, end_marker):
         if markdown.count(marker) != 1:
             raise ValueError(f"expected the marker {marker} exactly once, found it {markdown.count(marker)} times")
-    start = markdown.index(START_MARKER) + len(START_MARKER)
-    end = markdown.index(END_MARKER)
+    start = markdown.index(start_marker) + len(start_marker)
+    end = markdown.index(end_marker)
     if end < start:
-        raise ValueError(f"{END_MARKER} comes before {START_MARKER}")
+        raise ValueError(f"{end_marker} comes before {start_marker}")
     return start, end
 
 

@@ -77,6 +77,11 @@ def comparable(scenario: Scenario) -> dict[str, Any]:
     from hdcfl_ray.config.runtime_resolved import trains_batched
 
     flat = flatten(own_sections(scenario.model_dump(mode="json")))
+    if scenario.privacy is None:
+        # an absent privacy section is no key at all, so a scenario written before the section
+        # existed keeps its setting (reports' groups, the auto-knob cache's fingerprints); a
+        # run with one differs from a run without in every privacy.* key
+        del flat["privacy"]
     flat["runtime.torch_threads"] = torch_threads_per_host(scenario.runtime)
     flat["runtime.num_gpus_per_actor"] = "CUDA" if scenario.runtime.num_gpus_per_actor > 0 else "CPU"
     flat["runtime.batched_training"] = trains_batched(scenario.runtime)

@@ -14,8 +14,9 @@ from pydantic import ConfigDict, Field, ValidationError, create_model, field_val
 from hdcfl_ray.algorithms.registry import builtin_method_specs, method_specs
 from hdcfl_ray.config.augmentation import AugmentationConfig
 from hdcfl_ray.config.newcomer_checks import newcomer_count_problem
+from hdcfl_ray.config.privacy_checks import privacy_problem
 from hdcfl_ray.config.server_optimizer_checks import server_optimizer_problem
-from hdcfl_ray.contract import NoParams, OptimizerConfig, RunInfo, Section, ServerOptimizerConfig
+from hdcfl_ray.contract import NoParams, OptimizerConfig, PrivacyConfig, RunInfo, Section, ServerOptimizerConfig
 
 
 def _names(kind: str) -> dict[str, Any]:
@@ -771,6 +772,11 @@ class Scenario(Section):
         description="name picks the method; each method reads only its own section, so one file holds them all"
     )
     protocol: ProtocolConfig = Field(ProtocolConfig(), description="rounds, sampling, local training, evaluation, simulated time")
+    privacy: PrivacyConfig | None = Field(
+        None,
+        description="client-level differential privacy (DP-FedAvg): each client's update clipped, Gaussian noise on the sum, "
+        "Poisson sampling, epsilon accounted every round; its keys are in docs/privacy.md; null (absent) = no privacy",
+    )
     runtime: RuntimeConfig = Field(RuntimeConfig(), description="where the simulation runs: Ray actors or this process")
     checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="checkpoints a stopped run resumes from")
     output: OutputConfig = Field(OutputConfig(), description="where the run writes and what it keeps")
@@ -820,6 +826,17 @@ class Scenario(Section):
             protocol.asynchronous.server_lr,
             spec.name,
             spec.applies_server_optimizer,
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        problem = privacy_problem(
+            self.privacy,
+            spec.name,
+            spec.privacy is not None,
+            [name for name, other in method_specs().items() if other.privacy is not None],
+            protocol.mode,
+            protocol.stragglers.policy,
+            protocol.availability.kind,
         )
         if problem is not None:
             raise ValueError(problem)

@@ -12,6 +12,13 @@ plumbing and calls the hooks in this order each round:
 Server state and per-client state are plain objects owned by the method; the
 runtime stores them and passes them back, never looks inside.
 
+Under client-level differential privacy (`RunInfo.privacy`, a method whose MethodSpec
+declares a `privacy` rule; docs/privacy.md) `aggregate` clips each upload, adds the
+noise to the sum itself and reports what it released in `RoundNotes.releases`. A round
+may then train no client at all (Poisson sampling draws each client independently):
+`aggregate` is called with an empty list of uploads all the same, and releases its
+noise (the accountant counts that release as any other).
+
 A module under hdcfl_ray/algorithms/ becomes a method by declaring, at module
 level, `METHOD = MethodSpec(...)`: its name, its parameters (a Section whose
 fields carry descriptions; they become the scenario's `algorithm.<name>` keys),
@@ -28,6 +35,7 @@ import numpy as np
 
 from hdcfl_ray.contract.context import ClientContext
 from hdcfl_ray.contract.optimizer import OptimizerConfig
+from hdcfl_ray.contract.privacy import PrivacyRule, ResolvedPrivacy
 from hdcfl_ray.contract.section import Section
 from hdcfl_ray.contract.server_optimizer import ServerOptimizerConfig
 from hdcfl_ray.contract.values import ClientTask, EvalResult, ModelParams, RoundNotes, Upload
@@ -127,6 +135,9 @@ class RunInfo:
     # the clients that never train (partition.newcomers), in id order: a method that keeps or
     # averages something over every client leaves them out (FedSoft's centres, SCAFFOLD's N)
     newcomers: tuple[int, ...] = ()
+    # client-level differential privacy as the run resolved it (the scenario's privacy section:
+    # z, C, q, ...); None = no privacy. Only a method whose MethodSpec declares `privacy` gets one
+    privacy: ResolvedPrivacy | None = None
 
 
 class NoParams(Section):
@@ -218,6 +229,9 @@ class MethodSpec(Generic[ParamsT]):
     # with, one line; a method that declares it implements contract.newcomers.NewcomerHooks.
     # None: the method has no newcomer rule, and its newcomers' rows say so
     newcomer_rule: str | None = None
+    # what the method sends under client-level differential privacy (the scenario's privacy
+    # section; RunInfo.privacy) and the releases it plans; None: it refuses a privacy section
+    privacy: PrivacyRule | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name) or self.name == "name":

@@ -123,3 +123,7 @@ class RoundNotes:
 
     refresh: RefreshSummary | None = None
     events: tuple[str, ...] = ()  # human-readable notes (symmetry breaking, collapsed selections, ...)
+    # under privacy (RunInfo.privacy): the (noise_multiplier, sample_rate, steps) releases this
+    # hook made, each `steps` noised sums (ResolvedPrivacy.release builds one); the runtime
+    # accounts them (the rounds table's epsilon). () = none, as without privacy
+    releases: tuple[tuple[float, float, int], ...] = ()

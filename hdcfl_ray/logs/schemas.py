@@ -78,6 +78,9 @@ ROUNDS_SCHEMA = pa.schema(
         ("newcomer_local_steps", pa.int64()),
         ("newcomer_bytes_down", pa.int64()),
         ("newcomer_bytes_up", pa.int64()),
+        # the privacy section's epsilon spent once the round's releases are counted, by
+        # privacy.accountant at privacy.delta (null without privacy, and in runs written before it)
+        ("epsilon", pa.float64()),
     ]
 )
 

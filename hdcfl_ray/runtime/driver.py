@@ -51,6 +51,8 @@ class RunSummary:
     elapsed_s: float  # the whole run's time, the choice of its auto knobs included
     scored_on: str = "test"  # "validation": images held out of each client's training data
     choice_s: float = 0.0  # of elapsed_s, the time spent choosing its auto knobs (0 when read from the cache)
+    # why the run ended before protocol.rounds (privacy.max_epsilon), or None; `rounds` then counts those run
+    stopped_early: str | None = None
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -83,6 +85,7 @@ def resumable_run(run_dir: Path, overrides: list[str] | None = None) -> Scenario
     return scenario
 
 
+PRIVACY_RECORD = "privacy"  # manifest.json: the privacy the run computed with and, at its end, the epsilon spent
 SCENARIO_RECORD = "scenario_resolved"  # manifest.json and checkpoint state.json: the scenario the run started with
 # manifest.json and checkpoint state.json: the values the run chose for its auto knobs
 AUTO_KNOBS_RECORD = RECORD_KEY
@@ -345,7 +348,12 @@ def with_auto_choices(
             prepared.scenario, prepared.auto_plan, root or default_root(prepared.scenario), notify, run_candidate, probe,
             data_digest(prepared.dataset, prepared.partition),
         )
-    return replace(prepared, scenario=with_values(prepared.scenario, record.choices()), written=prepared.as_written, auto_knobs=record)
+    from hdcfl_ray.runtime.privacy_plan import resolve_privacy
+
+    chosen = with_values(prepared.scenario, record.choices())
+    # the planned releases may depend on the chosen knobs (z for privacy.target_epsilon)
+    privacy, _ = resolve_privacy(chosen)
+    return replace(prepared, scenario=chosen, written=prepared.as_written, auto_knobs=record, privacy=privacy)
 
 
 def _auto_knobs_record(prepared: PreparedRun) -> dict[str, Any]:
@@ -433,6 +441,10 @@ def _run_with(
         }
         if prepared.auto_knobs is not None:  # the values `auto` knobs got, how, and at what cost
             extra[AUTO_KNOBS_RECORD] = prepared.auto_knobs.as_dict()
+        if prepared.privacy is not None:  # z, C, q, T, delta, the sampler, the accountant, the noise cohort
+            from hdcfl_ray.runtime.privacy_plan import privacy_record
+
+            extra[PRIVACY_RECORD] = privacy_record(prepared.privacy)
         if resume:
             extra["manifest_rewritten_at_resume"] = datetime.now().isoformat(timespec="seconds")
         write_manifest(run_dir, seed=prepared.scenario.seed, scenario_name=prepared.scenario.name, extra=extra)
@@ -514,6 +526,8 @@ def _run_rounds(
         if observer is not None and hasattr(observer, "skip_rounds"):
             observer.skip_rounds(first_round - 1)
     every = scenario.checkpoint.every
+    rounds_run = first_round - 1
+    stopped_early: str | None = None
     for round_index in range(first_round, scenario.protocol.rounds + 1):
         raise_if_received()  # a stop signal whose exception something swallowed
         round_started = time.perf_counter()
@@ -547,14 +561,24 @@ def _run_rounds(
             )
         if observer is not None:
             observer.on_round(round_row, refresh_row, list(report.events))
+        rounds_run = round_index
+        if report.stop_reason is not None:  # the next round's release would pass privacy.max_epsilon
+            stopped_early = report.stop_reason
+            break
     update_manifest(run_dir, batching=batching_after_run(batching, run_dir))  # what the updates showed
+    if prepared.privacy is not None:  # the epsilon spent (RDP, and PRV where it can), and where the run stopped
+        from hdcfl_ray.runtime.privacy_plan import privacy_record, spent_record
+
+        spent = spent_record(prepared.privacy, backend.call("privacy_releases"), rounds_run, stopped_early)
+        update_manifest(run_dir, **{PRIVACY_RECORD: {**privacy_record(prepared.privacy), **spent}})
     return RunSummary(
         run_dir=run_dir,
-        rounds=scenario.protocol.rounds,
+        rounds=rounds_run,
         final_round=round_row,
         last_refresh=last_refresh,
         elapsed_s=time.perf_counter() - started,
         scored_on="validation" if scenario.partition.validation_fraction is not None else "test",
+        stopped_early=stopped_early,
     )
 
 

@@ -1,8 +1,8 @@
 """Preflight: where a scenario meets the machine and its data, before a run folder
 exists or Ray starts. `prepare_run` (what `hdcfl-ray validate` runs) loads the dataset,
 builds the partition, checks the runtime against this machine, builds the method with its
-settings (auto knobs at a value they may take) and collects the notices a run prints at
-start; a `PreparedRun` is what every command then runs (the driver, candidate runs of auto
+settings (auto knobs at a value they may take), resolves its privacy section (z, q:
+privacy_plan.py) and collects the notices a run prints at start; a `PreparedRun` is what every command then runs (the driver, candidate runs of auto
 knobs, replays)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hdcfl_ray.algorithms.registry import method_names, supports_async
 from hdcfl_ray.config.methods import build_algorithm
 from hdcfl_ray.config.schema import Scenario
+from hdcfl_ray.contract import ResolvedPrivacy
 from hdcfl_ray.data.dataset import ImageDataset
 from hdcfl_ray.data.partitions import check_partition_against_dataset, partition_dataset
 from hdcfl_ray.data.partitions.client_data import Partition
@@ -38,6 +39,9 @@ class PreparedRun:
     auto_plan: AutoPlan | None = None
     written: Scenario | None = None
     auto_knobs: AutoKnobsRecord | None = None
+    # the scenario's privacy section resolved (z, C, q, ...; runtime/privacy_plan.py): what the
+    # method is built with and the server samples and accounts by; None = no privacy
+    privacy: ResolvedPrivacy | None = None
 
     @property
     def as_written(self) -> Scenario:
@@ -54,6 +58,7 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     from hdcfl_ray.auto_knobs.plan import auto_plan, check_validation_split, stand_ins, with_values
     from hdcfl_ray.runtime.batching_record import batching_notices
     from hdcfl_ray.runtime.newcomer_facts import newcomer_notices
+    from hdcfl_ray.runtime.privacy_plan import resolve_privacy
     from hdcfl_ray.runtime.machine_checks import check_model_memory, check_runtime, check_synthetic_memory
     from hdcfl_ray.config.pinned_knobs import pinned_knob_notices
     from hdcfl_ray.data.augmentation import check_augmentation
@@ -81,9 +86,13 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     check_augmentation(scenario.dataset.augmentation, dataset)
     check_model_memory(scenario.model, dataset.channels, scenario.algorithm)
     plan = auto_plan(scenario)  # the knobs set to `auto`, chosen when the run starts (hdcfl_ray/auto_knobs)
+    buildable = scenario if plan is None else with_values(scenario, stand_ins(scenario))
+    # z from privacy.target_epsilon, q from the counts now known (exit 2 without the dp extra)
+    privacy, privacy_notices = resolve_privacy(buildable)
+    notices += privacy_notices
     try:
         # a method may refuse its settings here (exit 2, before anything starts); auto knobs stand at a value they may take
-        build_algorithm(scenario if plan is None else with_values(scenario, stand_ins(scenario)))
+        build_algorithm(buildable, privacy)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from exc
     if scenario.protocol.mode == "async" and not supports_async(scenario.algorithm.name):
@@ -112,7 +121,9 @@ def prepare_run(scenario: Scenario, dataset: ImageDataset | None = None) -> Prep
     notices += pinned_knob_notices(scenario)  # a pinned value chosen for another data setting
     notices += batching_notices(scenario)  # batched training asked for, but the scenario trains one client at a time
     notices += newcomer_notices(scenario)  # partition.newcomers: who is held out, and the method's rule (or none)
-    return PreparedRun(scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan, written=written)
+    return PreparedRun(
+        scenario=scenario, dataset=dataset, partition=partition, notices=tuple(notices), auto_plan=plan, written=written, privacy=privacy
+    )
 
 
 def with_client_count(scenario: Scenario, dataset: ImageDataset) -> tuple[Scenario, str]:

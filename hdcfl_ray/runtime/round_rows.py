@@ -213,6 +213,7 @@ class RoundRowBuilder:
             "wall_time_s": wall_time_s,
             "aggregate_s": report.aggregate_seconds,
             "elapsed_s": elapsed_s,
+            "epsilon": report.epsilon,  # privacy spent so far (null without privacy)
         }
         if client_rows:
             row.update(evaluation_columns(client_rows, self.true_groups))

@@ -130,6 +130,9 @@ class LiveView:
             self.live.stop()
             self.console.print()
         self.console.print(summary_table(summary.final_round, summary.last_refresh, summary.scored_on))
+        stopped = getattr(summary, "stopped_early", None)
+        if stopped:  # privacy.max_epsilon ended the run before protocol.rounds
+            self.console.print(f"stopped at the privacy budget after round {summary.rounds}: {stopped}", highlight=False)
         chose = getattr(summary, "choice_s", 0.0)
         extra = f", {chose:.1f} s of it choosing the auto knobs" if chose else ""
         self.console.print(f"tables written to {summary.run_dir} in {summary.elapsed_s:.1f} s{extra}")

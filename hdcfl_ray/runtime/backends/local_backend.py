@@ -31,7 +31,9 @@ class LocalBackend:
         self.host_runtime = scenario.runtime
         devices = local_host_devices(scenario.runtime, prepared.partition.num_clients)
         self.run = in_process_run(
-            type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition), hosts=len(devices), devices=devices
+            type(prepared)(scenario=scenario, dataset=prepared.dataset, partition=prepared.partition, privacy=prepared.privacy),
+            hosts=len(devices),
+            devices=devices,
         )
         self.num_hosts = len(self.run.hosts)
         self.client_hosts = dict(self.run.server.client_hosts)

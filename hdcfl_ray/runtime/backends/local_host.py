@@ -65,7 +65,7 @@ def local_host(
     scenario, dataset = prepared.scenario, prepared.dataset
     return ClientHost(
         scenario,
-        algorithm or build_algorithm(scenario),
+        algorithm or build_algorithm(scenario, prepared.privacy),
         dataset.train_images,
         dataset.train_labels,
         dataset.test_images,
@@ -85,10 +85,10 @@ def in_process_run(prepared, algorithm: Method | None = None, hosts: int = 1, de
     method object is shared between threads."""
     scenario = prepared.scenario
     dataset = prepared.dataset
-    algorithm = algorithm or build_algorithm(scenario)
+    algorithm = algorithm or build_algorithm(scenario, prepared.privacy)
     initial = initial_parameters(scenario, dataset)
     independent = independent_initialisations(scenario, dataset, algorithm.independent_inits)
-    settings = build_server_settings(scenario, prepared.partition)
+    settings = build_server_settings(scenario, prepared.partition, prepared.privacy)
     count = max(1, min(hosts, settings.num_clients))
     client_hosts = assign_clients(settings.num_clients, count)
     clients_of_host: list[list] = [[] for _ in range(count)]

@@ -57,11 +57,11 @@ class RayBackend:
         self.num_hosts = count_hosts(scenario.runtime, num_clients, session.cpus, session.gpus)
         session.check_capacity(self.num_hosts)
         self.client_hosts = assign_clients(num_clients, self.num_hosts)
-        algorithm = build_algorithm(scenario)
+        algorithm = build_algorithm(scenario, prepared.privacy)
         initial = initial_parameters(scenario, prepared.dataset)
         independent = independent_initialisations(scenario, prepared.dataset, algorithm.independent_inits)
         self.hosts, self._host_spec = start_hosts(prepared, self.client_hosts, self.num_hosts, algorithm, initial)
-        settings = build_server_settings(scenario, prepared.partition)
+        settings = build_server_settings(scenario, prepared.partition, prepared.privacy)
         self.server_in_driver = server_in_driver(scenario.runtime.address)
         self.server = start_server(
             settings, algorithm, self.hosts, self.client_hosts, initial, independent, self._host_spec, scenario.runtime.max_restarts,

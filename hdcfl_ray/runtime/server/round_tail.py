@@ -48,6 +48,10 @@ class RoundReport:
     traffic: RoundTraffic = field(default_factory=RoundTraffic)  # each client's bytes this round, evaluation included
     # the newcomers (partition.newcomers) scored by the method's newcomer rule, at evaluated rounds
     newcomers: list[NewcomerReport] = field(default_factory=list)
+    # under privacy: the epsilon spent once this round's releases are counted (None without privacy)
+    epsilon: float | None = None
+    # why the run ends after this round though rounds remain (privacy.max_epsilon), or None
+    stop_reason: str | None = None
 
 
 class RoundServer(Protocol):
@@ -102,12 +106,15 @@ def close_round(
     timings: list[UpdateTiming],
     aggregate_seconds: float,
     late_events: Sequence[str] = (),
+    epsilon: float | None = None,
+    stop_reason: str | None = None,
 ) -> RoundReport:
     """Evaluate if due, then report the round. `started` is the round's perf_counter
     start. The report's events are `events`, then the host pool's, then `late_events`
-    (the asynchronous server logs its method's notes there, after the pool's)."""
-    final = round_index == server.rounds
-    due = evaluation_due(round_index, server.rounds, server.settings.protocol.eval_every, notes.refresh)
+    (the asynchronous server logs its method's notes there, after the pool's). A round
+    with a `stop_reason` is the run's last: it is evaluated as the last round is."""
+    final = round_index == server.rounds or stop_reason is not None
+    due = final or evaluation_due(round_index, server.rounds, server.settings.protocol.eval_every, notes.refresh)
     eval_reports = server.evaluate_clients(round_index, final) if due else []
     newcomers = server.evaluate_newcomers(round_index) if due else []
     events = [*events, *server.pool.take_events(), *late_events]
@@ -125,4 +132,6 @@ def close_round(
         aggregate_seconds=aggregate_seconds,
         traffic=traffic,
         newcomers=newcomers,
+        epsilon=epsilon,
+        stop_reason=stop_reason,
     )

@@ -1,5 +1,6 @@
 """Who trains in a synchronous round: a pure function of (seed, round), the
-clients' availability, and the straggler policy on the virtual clock."""
+clients' availability, and the straggler policy on the virtual clock; under
+privacy.sampling: poisson, each training client on its own with rate q."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ def select_clients(num_clients: int, clients_per_round: int, seed: int, round_in
     rng = seeding.rng(seed, "sampling", round_index)
     chosen = rng.choice(len(pool), size=clients_per_round, replace=False)
     return sorted(pool[int(i)] for i in chosen)
+
+
+def poisson_sample(num_clients: int, rate: float, seed: int, round_index: int, candidates: list[int]) -> list[int]:
+    """Each client of `candidates` independently with probability `rate`, in id order
+    (privacy.sampling: poisson, the sampling the accountant's amplification assumes): a
+    round may draw none. Client k's draw is the k-th of the round's stream whoever else
+    is a candidate, so a client's membership depends on (seed, round, k) alone."""
+    draws = seeding.rng(seed, "dp-poisson", round_index).random(num_clients)
+    return [client_id for client_id in sorted(candidates) if draws[client_id] < rate]
 
 
 def evaluation_sample(num_clients: int, eval_clients: str | float | int, seed: int, newcomers: tuple[int, ...] = ()) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ import numpy as np
 
 from hdcfl_ray.config.runtime_resolved import trains_batched
 from hdcfl_ray.config.schema import ProtocolConfig
+from hdcfl_ray.contract import ResolvedPrivacy
 from hdcfl_ray.runtime.server.sampling import evaluation_sample
 from hdcfl_ray.runtime.server.virtual_clock import ClientProfile, client_profiles
 
@@ -33,6 +34,9 @@ class ServerSettings:
     newcomers: tuple[int, ...] = ()
     newcomer_rule: str | None = None
     newcomer_epochs: int = 1
+    # the scenario's privacy section as the run resolved it (runtime/privacy_plan.py): Poisson
+    # sampling and the accounting of the method's releases; None = no privacy
+    privacy: ResolvedPrivacy | None = None
 
     def training_clients(self, clients: list[int]) -> list[int]:
         """`clients` without the newcomers, in the same order (`clients` itself without any)."""
@@ -66,8 +70,9 @@ class ServerSettings:
         return self.protocol.rounds
 
 
-def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
-    """From a Scenario and a Partition (typed loosely: the server imports no data code)."""
+def build_server_settings(scenario: Any, partition: Any, privacy: ResolvedPrivacy | None = None) -> ServerSettings:
+    """From a Scenario and a Partition (typed loosely: the server imports no data code), and
+    the privacy the run resolved (PreparedRun.privacy)."""
     from hdcfl_ray.algorithms.registry import newcomer_rule
     from hdcfl_ray.data.partitions.newcomers import scenario_newcomers
 
@@ -84,4 +89,5 @@ def build_server_settings(scenario: Any, partition: Any) -> ServerSettings:
         newcomers=newcomers,
         newcomer_rule=newcomer_rule(scenario.algorithm.name),
         newcomer_epochs=scenario.protocol.newcomer_epochs,
+        privacy=privacy,
     )

@@ -1,11 +1,14 @@
 """The synchronous server: runs one round at a time through the method's hooks.
 
-It picks the round's clients (`sampling`, on the virtual clock), puts each
+It picks the round's clients (`sampling`, on the virtual clock; under
+privacy.sampling: poisson, each training client with rate q), puts each
 broadcast object (the global encoder, prototypes, cluster models) in the object
 store once per round and sends ObjectRefs, collects the clients' updates as they
 finish and hands them to the method in client-id order, so a run is reproducible
-whatever the arrival order; updates holding NaN/Inf are left out. The round ends
-in `round_tail`, shared with the asynchronous server. `FederatedServer` is a
+whatever the arrival order; updates holding NaN/Inf are left out. Under privacy
+the method's releases are accounted after its aggregate (`privacy_ledger`), and a
+round after which the next round's release would pass privacy.max_epsilon is the
+run's last. The round ends in `round_tail`, shared with the asynchronous server. `FederatedServer` is a
 plain object; `ServerActor` (runtime/backends/actors.py) is the Ray actor around
 it. It imports no torch.
 """
@@ -15,12 +18,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hdcfl_ray.contract import ClientTask, Method, ModelParams, Upload, asks_for_probes
+from hdcfl_ray.contract import ClientTask, Method, ModelParams, RoundNotes, Upload, asks_for_probes
 from hdcfl_ray.runtime.server.host_pool import HostPool
 from hdcfl_ray.runtime.server.messages import ClientJob, EvalReport, NewcomerReport, UploadMeta
 from hdcfl_ray.runtime.server.newcomers import evaluate_newcomers
+from hdcfl_ray.runtime.server.privacy_ledger import PrivacyLedger
 from hdcfl_ray.runtime.server.round_tail import RoundReport, UpdateTiming, accepted_upload, close_round
-from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, select_clients, selection_size
+from hdcfl_ray.runtime.server.sampling import available_clients, plan_round, poisson_sample, select_clients, selection_size
 from hdcfl_ray.runtime.server.settings import ServerSettings
 from hdcfl_ray.runtime.server.traffic import TrafficMeter
 from hdcfl_ray.runtime.server.transport import RayTransport, Transport
@@ -53,6 +57,8 @@ class FederatedServer:
         # a method without a probe hook of its own is not asked about every client every round
         self._probes = asks_for_probes(algorithm)
         self.traffic = TrafficMeter(self.transport)  # each client's bytes, reported with the round
+        # the releases the method reported under privacy, and the epsilon they spent
+        self.privacy_ledger = PrivacyLedger(settings.privacy) if settings.privacy is not None else None
 
     def encoder_size(self) -> int:
         """Floats in the encoder vector (for the manifest)."""
@@ -68,10 +74,17 @@ class FederatedServer:
         export = getattr(self.algorithm, "export_cache", None)
         return None if export is None else export(self.state)
 
+    def privacy_releases(self) -> list[tuple[float, float, int]]:
+        """The releases accounted so far under privacy (for the manifest); [] without privacy."""
+        return [] if self.privacy_ledger is None else self.privacy_ledger.snapshot()
+
     # ---- checkpoints ----
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to continue after the last finished round."""
-        return {"state": self.state, "virtual_time": self.virtual_time, "client_states": dict(self.pool.state_refs)}
+        snapshot = {"state": self.state, "virtual_time": self.virtual_time, "client_states": dict(self.pool.state_refs)}
+        if self.privacy_ledger is not None:  # a resumed run goes on from the epsilon it had spent
+            snapshot["privacy_releases"] = self.privacy_ledger.snapshot()
+        return snapshot
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         from hdcfl_ray.checkpoint.codec import writable
@@ -80,6 +93,8 @@ class FederatedServer:
         self.state = writable(snapshot["state"])
         self.virtual_time = snapshot["virtual_time"]
         self.pool.state_refs = dict(snapshot["client_states"])
+        if self.privacy_ledger is not None:
+            self.privacy_ledger.restore(snapshot.get("privacy_releases", []))
 
     def _put_broadcast(self, round_index: int) -> dict[str, Any]:
         objects = self.algorithm.broadcast(self.state, round_index)
@@ -93,10 +108,11 @@ class FederatedServer:
             jobs.setdefault(self.client_hosts[client_id], []).append(job)
         return jobs
 
-    def probe_round(self, round_index: int) -> list[str]:
+    def probe_round(self, round_index: int) -> RoundNotes:
         """The round's probes (the clients the method asks about before it selects): asked,
-        answered and absorbed into the method's state; their events. Also the first step
-        of an auto knob whose values a probe tells apart (auto_knobs/choose.py)."""
+        answered and absorbed into the method's state; the method's notes on them (events,
+        under privacy the releases it made). Also the first step of an auto knob whose
+        values a probe tells apart (auto_knobs/choose.py)."""
         probe_tasks = (
             {
                 k: t
@@ -107,7 +123,7 @@ class FederatedServer:
             else {}
         )
         if not probe_tasks:
-            return []
+            return RoundNotes()
         object_refs = self._put_broadcast(round_index)
         for client_id, task in probe_tasks.items():
             self.traffic.sent(client_id, task)
@@ -118,7 +134,7 @@ class FederatedServer:
         results = {k: v for host in sorted(answers) for k, v in answers[host].items()}
         for client_id, answer in results.items():
             self.traffic.received(client_id, answer)
-        return list(self.algorithm.absorb_probes(self.state, round_index, results).events)
+        return self.algorithm.absorb_probes(self.state, round_index, results)
 
     def run_round(self, round_index: int) -> RoundReport:
         started = time.perf_counter()
@@ -128,14 +144,22 @@ class FederatedServer:
         round_start = self.virtual_time
         online = settings.available_at(available_clients(self.num_clients, protocol.availability, self.seed, round_index), round_start)
         online = settings.training_clients(online)  # newcomers are never sampled
-        wanted = min(settings.clients_per_round, len(online))
-        sampled = select_clients(
-            self.num_clients, selection_size(settings.clients_per_round, protocol.stragglers, len(online)), self.seed, round_index, online
-        )
+        privacy = settings.privacy
+        if privacy is not None and privacy.sampling == "poisson":  # each training client with rate q, none at times
+            sampled = poisson_sample(self.num_clients, privacy.sample_rate, self.seed, round_index, online)
+            wanted = len(sampled)
+            if not sampled:
+                events.append("privacy.sampling: poisson drew no client this round; the method releases its noise alone")
+        else:
+            wanted = min(settings.clients_per_round, len(online))
+            sampled = select_clients(
+                self.num_clients, selection_size(settings.clients_per_round, protocol.stragglers, len(online)), self.seed, round_index, online
+            )
         if not online:
             events.append("no client is available this round; the global state is unchanged")
 
-        events += self.probe_round(round_index)
+        probe_notes = self.probe_round(round_index)
+        events += probe_notes.events
 
         selected = sorted(self.algorithm.select(self.state, round_index, sampled, online))
         durations = {
@@ -169,9 +193,11 @@ class FederatedServer:
             if upload is not None:
                 uploads.append(upload)
         aggregate_started = time.perf_counter()
+        # under privacy also with no upload at all: the method's aggregate releases the noise
         notes = self.algorithm.aggregate(self.state, round_index, uploads)
         aggregate_seconds = time.perf_counter() - aggregate_started
         events += notes.events
+        epsilon, stop = self._account_privacy(round_index, (*probe_notes.releases, *notes.releases), events)
         self.virtual_time = round_start + plan.round_duration
         timings = [
             UpdateTiming(
@@ -185,8 +211,25 @@ class FederatedServer:
         ]
         return close_round(
             self, round_index, started, selected=selected, uploads=[metas[k] for k in sorted(metas)], notes=notes,
-            events=events, timings=timings, aggregate_seconds=aggregate_seconds,
+            events=events, timings=timings, aggregate_seconds=aggregate_seconds, epsilon=epsilon, stop_reason=stop,
         )
+
+    def _account_privacy(
+        self, round_index: int, releases: tuple[tuple[float, float, int], ...], events: list[str]
+    ) -> tuple[float | None, str | None]:
+        """Under privacy: the epsilon spent once this round's releases are counted, and why
+        the run ends after this round (the next round's release would pass
+        privacy.max_epsilon), or None; (None, None) without privacy."""
+        ledger = self.privacy_ledger
+        if ledger is None:
+            return None, None
+        if not releases and ledger.privacy.planned_releases(round_index):
+            events.append(f"privacy: {self.algorithm.name} reported no release this round although its privacy rule plans one")
+        epsilon = ledger.record(releases)
+        stop = ledger.stop_before(round_index + 1) if round_index < self.rounds else None
+        if stop is not None:
+            events.append(stop)
+        return epsilon, stop
 
     def evaluate_clients(self, round_index: int, final: bool) -> list[EvalReport]:
         """The evaluation of every client in `protocol.eval_clients` (all by default), in
