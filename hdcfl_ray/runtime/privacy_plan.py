@@ -229,7 +229,7 @@ def spent_record(privacy: ResolvedPrivacy, releases: Sequence[Release], rounds_r
     for accountant in get_args(Accountant):
         try:
             by_accountant[accountant] = spent_epsilon(releases, privacy.delta, accountant)
-        except (ValueError, ArithmeticError) as exc:  # PRV's numerical domain, say
+        except (ValueError, ArithmeticError, MemoryError) as exc:  # PRV's numerical domain; its grid for a tiny z outgrows memory
             by_accountant[accountant], problems[accountant] = None, str(exc)
     return {
         "epsilon": by_accountant[privacy.accountant],
