@@ -536,7 +536,7 @@ def report(
     paths: List[Path] = typer.Argument(..., help="Run directories, sweep folders, or folders that hold run directories."),
     output_format: str = typer.Option("table", "--format", help="table (terminal), md, csv or latex."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of the terminal."),
-    figures: Optional[Path] = typer.Option(None, "--figures", help="Also write PNG figures (learning curves, grouping diagnostics, client distributions, memberships, accuracy against communication) to this folder."),
+    figures: Optional[Path] = typer.Option(None, "--figures", help="Also write PNG figures (learning curves, grouping diagnostics, client distributions, memberships, accuracy against communication, accuracy and ARI against epsilon where private runs of a setting hold two or more privacy levels) to this folder."),
     against: Optional[str] = typer.Option(None, "--against", help="The method (or output.label) the paired table takes each other method from, seed by seed (default: hdcfl)."),
     keep_duplicate: Optional[str] = typer.Option(
         None,

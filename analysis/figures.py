@@ -1,6 +1,7 @@
 """The report's figures (PNG): learning curves, grouping diagnostics over refreshes,
-per-client accuracy distributions, the membership heatmap at the last refresh, and
-accuracy against communication (analysis/communication_figure.py)."""
+per-client accuracy distributions, the membership heatmap at the last refresh,
+accuracy against communication (analysis/communication_figure.py), and accuracy and
+grouping against the epsilon of private runs (analysis/privacy_figure.py)."""
 
 from __future__ import annotations
 
@@ -134,6 +135,7 @@ def membership_heatmaps(runs: list[RunRecord], out_dir: Path) -> list[Path]:
 
 def write_figures(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     from analysis.communication_figure import accuracy_against_communication
+    from analysis.privacy_figure import metric_against_epsilon
 
     out_dir.mkdir(parents=True, exist_ok=True)
     return [
@@ -142,4 +144,5 @@ def write_figures(runs: list[RunRecord], out_dir: Path) -> list[Path]:
         *client_distributions(runs, out_dir),
         *membership_heatmaps(runs, out_dir),
         *accuracy_against_communication(runs, out_dir),
+        *metric_against_epsilon(runs, out_dir),
     ]

@@ -1,5 +1,6 @@
 """The methods that accept a privacy section: what leaves a client is a clipped update
-(and HDC-FL's unit-norm head sketch at a refresh), never a model, an encoder or a head;
+(and HDC-FL's unit-norm head sketch at a refresh, FedSoft's importance weights), never a
+model, an encoder or a head (Local sends nothing at all);
 a round's mechanism is what docs/privacy.md says; a stopped run resumes to the
 uninterrupted run's bits; the methods without a rule refuse (exit 2)."""
 
@@ -15,7 +16,9 @@ from cli import app
 from hdcfl_ray.algorithms.private_updates import UPDATE, WITHIN_CLIP
 from hdcfl_ray.algorithms.registry import method_specs
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.contract import ModelParams, Upload
+from hdcfl_ray.algorithms.private_updates import bounded_shares, released_group_means, released_weighted_group_means
+from hdcfl_ray.contract import ModelParams, ResolvedPrivacy, Upload
+from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests.conftest import tiny_scenario
@@ -23,14 +26,20 @@ from tests.stop_observer import resume_after_a_stop
 
 pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
 
-PRIVATE_METHODS = ("fedavg", "fedavg_se", "hdcfl", "ifca")
-ALLOWED_VALUES = {WITHIN_CLIP, "cluster", "head_sketch"}
+PRIVATE_METHODS = ("fedavg", "fedavg_se", "hdcfl", "ifca", "fedprox", "local", "fedrep", "fedbabu", "ditto", "apfl", "fedala", "fedsoft")
+# besides the within-clip bit: IFCA's chosen cluster and HDC-FL's unit-norm head sketch (docs/privacy.md);
+# FedSoft's importance weights u_k, which the server uses only as the weights of the client's
+# update and count in the one noised release, scaled to sum to at most one there, so the
+# release's sensitivity holds whatever a client sends
+ALLOWED_VALUES = {WITHIN_CLIP, "cluster", "head_sketch", "importance"}
+# the methods whose head never leaves the client (or, FedBABU, is the public h_0): an encoder update only
+ENCODER_ONLY = {"fedavg_se", "hdcfl", "fedrep", "fedbabu"}
 CLIP = 0.5
 
 
 def private(method: str, rounds: int = 3, **privacy: object) -> dict:
     return tiny_scenario(
-        algorithm={"name": method, "ifca": {"clusters": 2}},
+        algorithm={"name": method, "ifca": {"clusters": 2}, "fedsoft": {"centers": 2}},
         privacy={"noise_multiplier": 1.0, "clip": CLIP, "noise_cohort_size": 500, **privacy},
         protocol={"rounds": rounds, "participation": 4},
         runtime={"backend": "local", "num_cpus": 1},
@@ -57,6 +66,9 @@ def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp
     run_simulation(prepare_run(build_scenario(private(method))), tmp_path / "run", QuietObserver())
     assert seen, f"{spec.name}: no upload reached the server"
     for upload in seen:
+        if method == "local":  # shares nothing: counts only
+            assert not upload.models and not upload.values
+            continue
         assert set(upload.models) == {UPDATE}, upload.models.keys()
         assert set(upload.values) <= ALLOWED_VALUES, upload.values.keys()
         update = upload.models[UPDATE]
@@ -64,15 +76,32 @@ def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp
         parts = [update.encoder] + ([] if update.head is None else [update.head])
         norm = math.sqrt(sum(float(np.sum(np.asarray(part, np.float64) ** 2)) for part in parts))
         assert norm <= CLIP * (1 + 1e-5)
-        if method in ("fedavg_se", "hdcfl"):
+        if method in ENCODER_ONLY:
             assert update.head is None  # the head stays on the client
+        if "importance" in upload.values:
+            assert np.sum(upload.values["importance"]) == pytest.approx(1.0) and len(upload.values["importance"]) == 2
         if "head_sketch" in upload.values:
             assert np.linalg.norm(upload.values["head_sketch"]) == pytest.approx(1.0, abs=1e-6)
     if method == "hdcfl":
         assert any("head_sketch" in upload.values for upload in seen)
+    if method == "fedsoft":
+        assert all("importance" in upload.values for upload in seen)
 
 
-CLASSES = {"fedavg": "FedAvg", "fedavg_se": "FedAvgSE", "hdcfl": "HDCFL", "ifca": "IFCA"}
+CLASSES = {
+    "fedavg": "FedAvg",
+    "fedavg_se": "FedAvgSE",
+    "hdcfl": "HDCFL",
+    "ifca": "IFCA",
+    "fedprox": "FedProx",
+    "local": "LocalOnly",
+    "fedrep": "FedRep",
+    "fedbabu": "FedBABU",
+    "ditto": "Ditto",
+    "apfl": "APFL",
+    "fedala": "FedALA",
+    "fedsoft": "FedSoft",
+}
 
 
 def _method_class(method: str) -> type:
@@ -81,13 +110,13 @@ def _method_class(method: str) -> type:
     return getattr(importlib.import_module(f"hdcfl_ray.algorithms.{method}"), CLASSES[method])
 
 
-@pytest.mark.parametrize("method", ("hdcfl", "ifca"))
+@pytest.mark.parametrize("method", ("hdcfl", "ifca", "fedsoft", "fedrep"))
 def test_a_private_run_resumes_to_the_uninterrupted_runs_bits(method: str, tmp_path) -> None:
     scenario = build_scenario(private(method, rounds=4, adaptive_clip={"count_noise_multiplier": 5.0}))
     resume_after_a_stop(scenario, tmp_path, stop_after=2)
 
 
-def test_hdcfl_under_privacy_logs_its_groups_and_spends_three_releases_at_a_refresh(tmp_path) -> None:
+def test_hdcfl_under_privacy_logs_its_groups_and_spends_five_releases_at_a_refresh(tmp_path) -> None:
     from hdcfl_ray.logs.table_writer import read_table
     from hdcfl_ray.privacy.accountant import epsilon
 
@@ -99,9 +128,67 @@ def test_hdcfl_under_privacy_logs_its_groups_and_spends_three_releases_at_a_refr
     assert {row["round"] for row in refresh} == {2, 3}  # activation_round 2, refresh_every 1
     q = 4 / 8  # participation 4 of the 8 clients, Poisson
     rounds = sorted(read_table(run_dir, "rounds").to_pylist(), key=lambda row: row["round"])
-    # round 1: the encoder's mean; rounds 2 and 3: the mean, the sketches and the group sums
-    expected = [epsilon([(1.0, q, steps)], 1e-5) for steps in (1, 4, 7)]
+    # round 1: the encoder's mean; rounds 2 and 3: the mean, three Lloyd steps on the sketches and the group sums
+    expected = [epsilon([(1.0, q, steps)], 1e-5) for steps in (1, 6, 11)]
     assert [row["epsilon"] for row in rounds] == pytest.approx(expected, rel=1e-9)
+
+
+def test_local_releases_nothing_and_target_epsilon_leaves_its_epsilon_at_zero(tmp_path) -> None:
+    from hdcfl_ray.logs.table_writer import read_table
+
+    run_dir = tmp_path / "run"
+    prepared = prepare_run(build_scenario(private("local", noise_multiplier=None, target_epsilon=4.0)))
+    run_simulation(prepared, run_dir, QuietObserver())
+    assert [row["epsilon"] for row in read_table(run_dir, "rounds").to_pylist()] == [0.0, 0.0, 0.0]
+
+
+def test_fedsoft_under_privacy_refuses_a_selection_mode_that_replaces_the_sample() -> None:
+    scenario = private("fedsoft")
+    scenario["algorithm"]["fedsoft"]["selection_mode"] = "select"
+    with pytest.raises(ScenarioError, match="algorithm.fedsoft.selection_mode: select"):
+        prepare_run(build_scenario(scenario))
+
+
+def _privacy(min_group_size: int = 1) -> ResolvedPrivacy:
+    return ResolvedPrivacy(
+        noise_multiplier=1.0, clip=CLIP, sampling="poisson", sample_rate=0.5, expected_cohort=4.0, training_clients=8,
+        rounds=3, delta=1e-5, accountant="rdp", min_group_size=min_group_size,
+    )
+
+
+def _update_upload(client_id: int, update: np.ndarray) -> Upload:
+    return Upload(client_id, 10, 0.0, 1, models={UPDATE: ModelParams(encoder=update.astype(np.float32))})
+
+
+def test_weighted_group_release_with_one_hot_weights_is_the_group_release_bit_for_bit() -> None:
+    rng = np.random.default_rng(0)
+    uploads = [_update_upload(k, rng.normal(size=6) * 0.1) for k in range(5)]
+    groups = [0, 2, 0, 1, 2]
+    current = ModelParams(encoder=np.zeros(6, np.float32))
+    hard = released_group_means(_privacy(), CLIP, list(zip(groups, uploads)), 3, current, with_head=False, seed=3, round_index=2)
+    one_hot = [(np.eye(3)[group], upload) for group, upload in zip(groups, uploads)]
+    soft = released_weighted_group_means(_privacy(), CLIP, one_hot, 3, current, with_head=False, seed=3, round_index=2)
+    assert soft.counts == hard.counts
+    for a, b in zip(soft.means, hard.means):
+        assert (a is None and b is None) or np.array_equal(a.encoder, b.encoder)
+
+
+def test_weighted_group_release_spreads_each_client_over_the_groups_by_its_weights() -> None:
+    current = ModelParams(encoder=np.zeros(4, np.float32))
+    members = [(np.array([0.75, 0.25]), _update_upload(0, np.full(4, 0.2))), (np.array([0.5, 0.5]), _update_upload(1, np.full(4, -0.1)))]
+    noiseless = ResolvedPrivacy(**{**_privacy().__dict__, "noise_cohort_size": 10**12})  # the noise scaled to nothing
+    release = released_weighted_group_means(noiseless, CLIP, members, 2, current, with_head=False, seed=0, round_index=1)
+    assert release.counts == pytest.approx([1.25, 0.75], abs=1e-6)
+    # the first group's mean is its weighted mean update; the second's weighted count is below one client
+    assert np.allclose(release.means[0].encoder, (0.75 * 0.2 - 0.5 * 0.1) / 1.25, atol=1e-6)
+    assert release.means[1] is None
+
+
+def test_bounded_shares_caps_a_clients_total_weight_at_one() -> None:
+    assert bounded_shares(np.array([0.5, 0.25]), 2).tolist() == [0.5, 0.25]
+    assert bounded_shares(np.array([3.0, -1.0, 1.0]), 3).tolist() == [0.75, 0.0, 0.25]
+    with pytest.raises(ValueError, match="2 finite numbers"):
+        bounded_shares(np.array([0.5, np.nan]), 2)
 
 
 def test_a_method_without_a_privacy_rule_is_refused_naming_it(write_scenario) -> None:

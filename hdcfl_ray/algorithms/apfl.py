@@ -20,6 +20,9 @@ Choices made here:
 - v_k starts from the shared initial model, alpha_k from `alpha_init`; neither travels.
   Both forward/backward passes count in the budget (2 x FedAvg's samples).
 - Scored with the mixture (`personalized`); the global model is logged beside it (`global`).
+- Under privacy (docs/privacy.md) the client sends the clipped update of its copy of w
+  (the w it reached minus the w it downloaded) and nothing else: v_k and alpha_k stay on
+  the client; the server steps with the noised mean, as FedAvg's does.
 """
 
 from __future__ import annotations
@@ -32,7 +35,19 @@ from pydantic import Field
 
 from hdcfl_ray.algorithms.fedavg import FedAvg
 from hdcfl_ray.algorithms.newcomer_training import fine_tuned
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, Section, ServerOptimizerConfig, Upload
+from hdcfl_ray.algorithms.private_updates import clipped_update, private_upload
+from hdcfl_ray.contract import (
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    PrivacyRule,
+    ResolvedPrivacy,
+    Section,
+    ServerOptimizerConfig,
+    Upload,
+)
 
 # numpy_rng stream of APFL's batch order (kept apart from other client-side draws)
 BATCH_ORDER_STREAM = 0xA9F1
@@ -81,8 +96,14 @@ def sgd_step(parameters: Mapping[str, Any], grads: Any, buffers: dict[str, Any],
 class APFL(FedAvg):
     name = "apfl"
 
-    def __init__(self, params: APFLParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
-        super().__init__(server_optimizer)
+    def __init__(
+        self,
+        params: APFLParams,
+        server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
+        privacy: ResolvedPrivacy | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(server_optimizer, privacy=privacy, seed=seed)
         self.params = params
 
     def init_client(self, client_id: int, initial: ModelParams) -> APFLClient:
@@ -147,10 +168,16 @@ class APFL(FedAvg):
             for name, parameter in model.named_parameters():
                 parameter.copy_(shared[name])
         global_update = ctx.snapshot()
+        train_loss = tally.total() / max(seen, 1) if tally.all_finite() else float("nan")
+        if "clip" in task.payload:  # privacy: the clipped update of w; v_k and alpha_k stay here
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(objects["global"], global_update, clip, with_head=True)
+            upload = private_upload(ctx.client_id, count, train_loss, steps, update, norm, clip)
+            return upload, APFLClient(personal=personal_model, alpha=alpha)
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=count,
-            train_loss=tally.total() / max(seen, 1) if tally.all_finite() else float("nan"),
+            train_loss=train_loss,
             steps=steps,
             models={"model": global_update},
             values={"alpha": alpha},
@@ -180,8 +207,12 @@ METHOD = MethodSpec(
     name="apfl",
     summary="APFL: FedAvg's global model mixed per client with a personal model by a learned weight alpha",
     params=APFLParams,
-    build=lambda params, run: APFL(params, run.server_optimizer),
+    build=lambda params, run: APFL(params, run.server_optimizer, privacy=run.privacy, seed=run.seed),
     applies_server_optimizer=True,
     newcomer_rule="the mixture alpha_init v + (1 - alpha_init) w of the global model w and v = w fine-tuned whole for "
     "protocol.newcomer_epochs epochs (plain cross-entropy, not APFL's joint step)",
+    privacy=PrivacyRule(
+        sends="the global model's update (encoder and head), clipped: one noised mean a round",
+        kept_on_client="the personal model v_k and the mixing weight alpha_k",
+    ),
 )

@@ -33,6 +33,10 @@ CE + (lambda/2) ||v_k - w_global||^2, w_global being the model it downloaded tha
   fixed mode, 1 + (1 - validation_fraction) x candidates times it per client.
   Scoring the candidates on the validation share is forward only and not counted.
 - Scored with v_k (`personalized`); the global model is logged beside it (`global`).
+- Under privacy (docs/privacy.md) the client sends FedAvg's clipped update of the global
+  model and nothing else: v_k, its candidates and the chosen lambda stay on the client
+  (the server logs no lambda), and the personal training's loss is not sent. A diverged
+  personal training still refuses the whole update: it makes the training loss NaN.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pydantic import Field, field_validator
 
 from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.fedavg import FedAvg, GlobalModelState
+from hdcfl_ray.algorithms.private_updates import clipped_update, private_upload
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
 from hdcfl_ray.contract import (
     ClientContext,
@@ -53,6 +58,8 @@ from hdcfl_ray.contract import (
     EvalStats,
     MethodSpec,
     ModelParams,
+    PrivacyRule,
+    ResolvedPrivacy,
     RoundNotes,
     Section,
     ServerOptimizerConfig,
@@ -155,8 +162,14 @@ def choose_candidate(lambdas: Sequence[float], validation: Sequence[EvalStats]) 
 class Ditto(FedAvg):
     name = "ditto"
 
-    def __init__(self, params: DittoParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
-        super().__init__(server_optimizer)
+    def __init__(
+        self,
+        params: DittoParams,
+        server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
+        privacy: ResolvedPrivacy | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(server_optimizer, privacy=privacy, seed=seed)
         self.params = params
 
     def init_client(self, client_id: int, initial: ModelParams) -> DittoClient:
@@ -176,6 +189,11 @@ class Ditto(FedAvg):
             new_state, values = DittoClient(model=personal), {"personal_loss": personal_loss}
         else:
             new_state, values = self._train_candidates(ctx, state, downloaded)
+        if "clip" in task.payload:  # privacy: the global model's clipped update; v_k and lambda stay here
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(downloaded, global_update, clip, with_head=True)
+            loss = global_stats.mean_loss if np.isfinite(values["personal_loss"]) else float("nan")
+            return private_upload(ctx.client_id, global_stats.num_samples, loss, global_stats.steps, update, norm, clip), new_state
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=global_stats.num_samples,
@@ -280,8 +298,12 @@ METHOD = MethodSpec(
     name="ditto",
     summary="Ditto: FedAvg's global model plus a personal model per client, pulled towards the global one",
     params=DittoParams,
-    build=lambda params, run: Ditto(params, run.server_optimizer),
+    build=lambda params, run: Ditto(params, run.server_optimizer, privacy=run.privacy, seed=run.seed),
     applies_server_optimizer=True,
     newcomer_rule="a personal model from the global model, trained for protocol.newcomer_epochs epochs on Ditto's "
     "objective CE + (lambda/2)||v - w||^2 (lambda fixed, or chosen per client on its validation share)",
+    privacy=PrivacyRule(
+        sends="the global model's update (encoder and head), clipped: one noised mean a round",
+        kept_on_client="the personal model v_k (every candidate's), the chosen lambda and the personal training's loss",
+    ),
 )

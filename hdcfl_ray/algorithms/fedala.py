@@ -17,6 +17,11 @@ learned weights and phase are thrown away, and a client whose start phase has no
 run yet repeats a start-phase pass at each evaluation until it next trains.
 "personalized" is the headline; "global" (the global model with its global head)
 and, once it exists, "local" (theta_i) are logged beside it.
+
+Under privacy (docs/privacy.md) a participant sends the clipped update of the model it
+trained against the global model it downloaded (unclipped and noiseless, the global model
+plus their mean is the mean of the trained models, FedALA's average) and the server steps
+with their noised mean; theta_i, W_i and ALA's epoch count and loss stay on the client.
 """
 
 from __future__ import annotations
@@ -32,7 +37,20 @@ from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.newcomer_training import fine_tuned
 from hdcfl_ray.algorithms.fedala_weights import EVALUATION_SUBSET_STREAM, TRAINING_SUBSET_STREAM, adaptive_local_init
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_mean, shifted
+from hdcfl_ray.contract import (
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    PrivacyRule,
+    ResolvedPrivacy,
+    RoundNotes,
+    RunInfo,
+    Section,
+    Upload,
+)
 
 
 class FedALAParams(Section):
@@ -57,6 +75,7 @@ class ALAClientState:
 class FedALAServerState:
     model: ModelParams
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
+    clip: ClipState | None = None  # under privacy: the clip the clients use this round
 
 
 class FedALA(AlgorithmDefaults):
@@ -65,18 +84,20 @@ class FedALA(AlgorithmDefaults):
     def __init__(self, params: FedALAParams, run: RunInfo) -> None:
         self.params = params
         self.server_optimizer = run.server_optimizer
+        self.privacy = run.privacy
+        self.seed = run.seed
 
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedALAServerState:
         if initial.head is None:
             raise ValueError("FedALA averages the whole model, but the initial model has no head")
-        return FedALAServerState(model=initial)
+        return FedALAServerState(model=initial, clip=None if self.privacy is None else ClipState(self.privacy.clip))
 
     def broadcast(self, state: FedALAServerState, round_index: int) -> dict[str, Any]:
         return {"global": state.model}
 
     def training_task(self, state: FedALAServerState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=("global",))
+        return ClientTask(models=("global",), payload={} if state.clip is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: FedALAServerState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         events: list[str] = []
@@ -85,6 +106,9 @@ class FedALA(AlgorithmDefaults):
                 f"fedala: whole model averaged with BatchNorm statistics; ALA blends the top {self.params.layers} "
                 "parameter tensors, BatchNorm buffers restored after each ALA pass"
             )
+        if self.privacy is not None and state.clip is not None:
+            self._aggregate_private(self.privacy, state, state.clip, round_index, uploads)
+            return RoundNotes(releases=(self.privacy.release(),), events=tuple(events))
         if not uploads:
             return RoundNotes(events=tuple(events))
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
@@ -95,6 +119,14 @@ class FedALA(AlgorithmDefaults):
         epochs = ", ".join(f"{u.client_id}:{int(u.values.get('ala_epochs', 0))}" for u in ordered)
         events.append(f"fedala: ALA weight-learning epochs per participant (client:epochs) {epochs}")
         return RoundNotes(events=tuple(events))
+
+    def _aggregate_private(
+        self, privacy: ResolvedPrivacy, state: FedALAServerState, clip: ClipState, round_index: int, uploads: list[Upload]
+    ) -> None:
+        """The noised mean of the clipped updates (released even when no client took part)."""
+        mean_update = released_mean(privacy, clip.clip, uploads, state.model, with_head=True, seed=self.seed, round_index=round_index)
+        state.model = server_step(self.server_optimizer, state.server_moments, "global", state.model, shifted(state.model, mean_update))
+        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
 
     def evaluation_task(self, state: FedALAServerState, round_index: int, client_id: int, final: bool) -> ClientTask:
         return ClientTask(models=("global",))
@@ -112,6 +144,11 @@ class FedALA(AlgorithmDefaults):
         ctx.load(outcome.initial)
         stats = ctx.train()
         trained = ctx.snapshot()
+        new_state = ALAClientState(local=trained, weights=outcome.weights, start_phase=outcome.start_phase)
+        if "clip" in task.payload:  # privacy: the clipped update against the downloaded global model
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(objects["global"], trained, clip, with_head=True)
+            return private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip), new_state
         values: dict[str, Any] = {"ala_epochs": outcome.epochs}
         if outcome.epoch_losses:
             values["ala_loss"] = outcome.epoch_losses[-1]
@@ -123,7 +160,7 @@ class FedALA(AlgorithmDefaults):
             models={"model": trained},
             values=values,
         )
-        return upload, ALAClientState(local=trained, weights=outcome.weights, start_phase=outcome.start_phase)
+        return upload, new_state
 
     def evaluate(self, ctx: ClientContext, state: ALAClientState, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         global_model: ModelParams = objects["global"]
@@ -155,4 +192,9 @@ METHOD = MethodSpec(
     applies_server_optimizer=True,
     newcomer_rule="the global model (a newcomer has no local model for ALA to blend), fine-tuned whole for "
     "protocol.newcomer_epochs epochs",
+    privacy=PrivacyRule(
+        sends="the update of the trained model against the downloaded global model (encoder and head), clipped: one "
+        "noised mean a round",
+        kept_on_client="the local model theta_i, the ALA weights W_i and ALA's epoch count and loss",
+    ),
 )

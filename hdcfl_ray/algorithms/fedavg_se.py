@@ -93,9 +93,12 @@ class FedAvgSE(AlgorithmDefaults):
         if resolve_storage(self.cache_storage, num_clients, encoder_length) == "disk":
             self._disk_store = DiskEncoderStore(num_clients, encoder_length, self.cache_precision, self.cache_dir)
 
-    def export_cache(self, state: SharedEncoderState) -> dict[str, np.ndarray]:
+    def export_cache(self, state: SharedEncoderState) -> dict[str, np.ndarray] | None:
         """The server cache (each client's last head and encoder) as plain arrays: what
-        output.save_refresh_cache writes at each refresh, for ablate and donor-swap replays."""
+        output.save_refresh_cache writes at each refresh, for ablate and donor-swap replays;
+        None under privacy, where the server keeps no client's head or encoder."""
+        if self.privacy is not None or not state.cache:
+            return None
         client_ids = sorted(state.cache)
         return {
             "client_ids": np.asarray(client_ids, dtype=np.int64),

@@ -15,6 +15,10 @@ training split only (BatchNorm in train mode, the protocol's batch size) and is
 judged by the result, "personalized"; "global" is logged beside it as the
 pre-fine-tuning number. Fine-tuning happens in the evaluate hook, so it never
 changes client state: the fine-tuned model exists for scoring only.
+
+Under privacy (docs/privacy.md) a client sends the clipped update of the encoder it
+trained (h_0 is public: the seeded initial head, never trained) and the server steps
+with their noised mean; the fine-tuned models never leave the clients.
 """
 
 from __future__ import annotations
@@ -29,7 +33,20 @@ from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.algorithms.newcomer_training import fine_tuned
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, OptimizerConfig, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_encoder
+from hdcfl_ray.contract import (
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    OptimizerConfig,
+    PrivacyRule,
+    RoundNotes,
+    RunInfo,
+    Section,
+    Upload,
+)
 
 
 class FedBABUParams(Section):
@@ -46,6 +63,7 @@ class FedBABUState:
     global_encoder: np.ndarray
     head: np.ndarray  # h_0: fixed for the whole run, the same for every client
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state
+    clip: ClipState | None = None  # under privacy: the clip the clients use this round
 
 
 def finetune_optimizer(params: FedBABUParams) -> OptimizerConfig:
@@ -62,6 +80,8 @@ class FedBABU(AlgorithmDefaults):
         self.params = params
         self.finetune_optimizer = finetune_optimizer(params)
         self.server_optimizer = run.server_optimizer
+        self.privacy = run.privacy
+        self.seed = run.seed
 
     # ---- server ----
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedBABUState:
@@ -70,18 +90,25 @@ class FedBABU(AlgorithmDefaults):
         return FedBABUState(
             global_encoder=np.array(initial.encoder, dtype=np.float32, copy=True),
             head=np.array(initial.head, dtype=np.float32, copy=True),
+            clip=None if self.privacy is None else ClipState(self.privacy.clip),
         )
 
     def broadcast(self, state: FedBABUState, round_index: int) -> dict[str, Any]:
         return {"global": ModelParams(encoder=state.global_encoder, head=state.head)}
 
     def training_task(self, state: FedBABUState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=("global",))
+        return ClientTask(models=("global",), payload={} if state.clip is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: FedBABUState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         events: tuple[str, ...] = ()
         if round_index == 1:
             events = ("fedbabu: head h_0 frozen and shared by all clients; encoder averaged with BatchNorm statistics",)
+        if self.privacy is not None and state.clip is not None:
+            # the noised mean of the clipped encoder updates, released even when no client took part
+            averaged = released_encoder(self.privacy, state.clip.clip, uploads, state.global_encoder, self.seed, round_index)
+            state.global_encoder = server_step(self.server_optimizer, state.server_moments, "global/encoder", state.global_encoder, averaged)
+            state.clip.clip = next_round_clip(self.privacy, state.clip, uploads, self.seed, round_index)
+            return RoundNotes(releases=(self.privacy.release(),), events=events)
         if not uploads:
             return RoundNotes(events=events)
         ordered = sorted(uploads, key=lambda upload: upload.client_id)
@@ -100,6 +127,10 @@ class FedBABU(AlgorithmDefaults):
         shared: ModelParams = objects["global"]
         ctx.load(shared)
         stats = ctx.train(train_head=False)
+        if "clip" in task.payload:  # privacy: the clipped encoder update, never the encoder
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(shared, ctx.snapshot(), clip, with_head=False)
+            return private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip), None
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=stats.num_samples,
@@ -141,4 +172,8 @@ METHOD = MethodSpec(
     applies_server_optimizer=True,
     newcomer_rule="the global encoder and h_0, the whole model fine-tuned for protocol.newcomer_epochs epochs with FedBABU's "
     "fine-tuning optimiser (finetune_lr, finetune_momentum, finetune_weight_decay)",
+    privacy=PrivacyRule(
+        sends="the encoder's update under the frozen public head h_0, clipped: one noised mean a round",
+        kept_on_client="the fine-tuned model of the final evaluation",
+    ),
 )

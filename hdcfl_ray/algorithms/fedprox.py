@@ -14,6 +14,8 @@ they downloaded this round.
   does not depend on the learning rate or the momentum, which scale the data term's
   gradient and the pull alike.
 - Scored with the global model, like FedAvg. Synchronous only.
+- Under privacy (docs/privacy.md) the client keeps its proximal pull and sends FedAvg's
+  clipped update of the model it trained; the server steps with their noised mean.
 """
 
 from __future__ import annotations
@@ -24,8 +26,20 @@ import numpy as np
 from pydantic import Field
 
 from hdcfl_ray.algorithms.fedavg import GLOBAL_MODEL_RULE, FedAvg
+from hdcfl_ray.algorithms.private_updates import clipped_update, private_upload
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
-from hdcfl_ray.contract import AutoKnob, tenfold, ClientContext, ClientTask, MethodSpec, Section, ServerOptimizerConfig, Upload
+from hdcfl_ray.contract import (
+    AutoKnob,
+    ClientContext,
+    ClientTask,
+    MethodSpec,
+    PrivacyRule,
+    ResolvedPrivacy,
+    Section,
+    ServerOptimizerConfig,
+    Upload,
+    tenfold,
+)
 
 
 class FedProxParams(Section):
@@ -43,8 +57,14 @@ class FedProxParams(Section):
 class FedProx(FedAvg):
     name = "fedprox"
 
-    def __init__(self, params: FedProxParams, server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig()) -> None:
-        super().__init__(server_optimizer)
+    def __init__(
+        self,
+        params: FedProxParams,
+        server_optimizer: ServerOptimizerConfig = ServerOptimizerConfig(),
+        privacy: ResolvedPrivacy | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(server_optimizer, privacy=privacy, seed=seed)
         self.params = params
 
     def local_update(self, ctx: ClientContext, state: None, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, None]:
@@ -55,6 +75,10 @@ class FedProx(FedAvg):
         ctx.load(broadcast)
         stats = ctx.train(regulariser=regulariser)
         # the training loss includes the proximal term, as minimised
+        if "clip" in task.payload:  # privacy: the clipped update, never the model
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(broadcast, ctx.snapshot(), clip, with_head=True)
+            return private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip), None
         upload = Upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, models={"model": ctx.snapshot()})
         return upload, None
 
@@ -63,8 +87,11 @@ METHOD = MethodSpec(
     name="fedprox",
     summary="FedProx: FedAvg with a proximal pull of each local update towards the downloaded global model",
     params=FedProxParams,
-    build=lambda params, run: FedProx(params, run.server_optimizer),
+    build=lambda params, run: FedProx(params, run.server_optimizer, privacy=run.privacy, seed=run.seed),
     applies_server_optimizer=True,
     auto_knobs=(AutoKnob("mu", (0.001, 0.01, 0.1, 1.0), beyond=tenfold),),
     newcomer_rule=GLOBAL_MODEL_RULE,
+    privacy=PrivacyRule(
+        sends="the global model's update (encoder and head) after the proximal local training, clipped: one noised mean a round"
+    ),
 )

@@ -19,7 +19,11 @@ Each phase is one `ClientContext.train` call with a fresh optimizer; a frozen pa
 left out of the optimizer, so neither momentum nor weight decay moves it. Training puts
 the whole model in train mode, so a BatchNorm encoder would update its running
 statistics during the head phase; they are restored afterwards, so the head phase leaves
-the encoder exactly as broadcast."""
+the encoder exactly as broadcast.
+
+Under privacy (docs/privacy.md) the client sends the clipped update of the encoder (its
+body phase's result minus the broadcast encoder) and keeps its head; the server steps
+with the noised mean, as FedAvg-SE's does, and keeps no cache."""
 
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ from pydantic import Field
 
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import SHARED_ENCODER_RULE, FedAvgSE
-from hdcfl_ray.contract import ClientContext, ClientTask, MethodSpec, ModelParams, RunInfo, Section, Upload
+from hdcfl_ray.algorithms.private_updates import clipped_update, private_upload
+from hdcfl_ray.contract import ClientContext, ClientTask, MethodSpec, ModelParams, PrivacyRule, RunInfo, Section, Upload
 
 
 class FedRepParams(Section):
@@ -47,7 +52,7 @@ class FedRep(FedAvgSE):
     name = "fedrep"
 
     def __init__(self, params: FedRepParams, run: RunInfo) -> None:
-        super().__init__(server_optimizer=run.server_optimizer)
+        super().__init__(server_optimizer=run.server_optimizer, privacy=run.privacy, seed=run.seed)
         self.params = params
 
     def local_update(self, ctx: ClientContext, state: PrivateHead, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, PrivateHead]:
@@ -59,11 +64,17 @@ class FedRep(FedAvgSE):
         body_epochs = self.params.body_epochs if self.params.body_epochs is not None else ctx.protocol.local_epochs
         body_stats = ctx.train(epochs=body_epochs, train_head=False)
         trained = ctx.snapshot()
+        steps = head_stats.steps + body_stats.steps
+        if "clip" in task.payload:  # privacy: the clipped encoder update; the head stays here
+            clip = float(task.payload["clip"])
+            update, norm = clipped_update(broadcast, trained, clip, with_head=False)
+            upload = private_upload(ctx.client_id, body_stats.num_samples, body_stats.mean_loss, steps, update, norm, clip)
+            return upload, PrivateHead(head=trained.head)
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=body_stats.num_samples,
             train_loss=body_stats.mean_loss,  # the encoder's phase: the loss of what is uploaded
-            steps=head_stats.steps + body_stats.steps,
+            steps=steps,
             models={"encoder": trained.encoder},
             values={"head": trained.head},
         )
@@ -79,4 +90,8 @@ METHOD = MethodSpec(
     asynchronous=True,
     # FedRep's own protocol for a new client: its head on the frozen representation (FedAvg-SE's hooks)
     newcomer_rule=SHARED_ENCODER_RULE,
+    privacy=PrivacyRule(
+        sends="the shared encoder's update after the body phase, clipped: one noised mean a round",
+        kept_on_client="the head, and the encoder it trained (the server keeps no cache, so no 'local' reference)",
+    ),
 )

@@ -40,6 +40,13 @@ Choices made here, each documented where it acts:
   any centre (v_{s,k} = 0); `evaluate_newcomer` places one by its own importance estimate.
 - The proximal term covers model parameters only; BatchNorm running statistics
   are not pulled, but they are averaged into the centres with everything else.
+- Under privacy (docs/privacy.md, "FedSoft") the server keeps no client model and sends
+  no probe. A client estimates u_k itself from the centres whenever it trains and sends
+  the clipped update of w_k against its anchor sum_s u_ks c_s with u_k; every centre's
+  u-weighted sum of updates with its u-weighted count is one noised release
+  (`released_weighted_group_means`), and the server neither stores nor logs u_k. Only
+  selection_mode: sampled runs: the other modes choose the clients in place of the
+  Poisson sample. An evaluated client places itself by its own estimate, on the client.
 """
 
 from __future__ import annotations
@@ -54,11 +61,12 @@ from hdcfl_ray import seeding
 from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
-from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
+from hdcfl_ray.algorithms.fedsoft_centres import anchor_model, kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.newcomer_training import fine_tuned
+from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_weighted_group_means, shifted
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
-from hdcfl_ray.contract import AutoKnob, doubled_count, tenfold, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import AutoKnob, doubled_count, tenfold, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, PrivacyRule, ResolvedPrivacy, RoundNotes, RunInfo, Section, Upload
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -107,6 +115,11 @@ class FedSoftState:
     # kept when `weighted`: K full models on the server. None in selection mode.
     clients: list[ModelParams] | None = None
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per centre
+    clip: ClipState | None = None  # under privacy: the clip the clients use this round
+
+
+# Upload.values key under privacy: the client's importance weights u_k, the weights of its update in the release
+IMPORTANCE = "importance"
 
 
 @dataclass
@@ -125,6 +138,13 @@ class FedSoft(AlgorithmDefaults):
         self.server_optimizer = run.server_optimizer
         self.independent_inits = params.centers
         self.newcomers = run.newcomers  # never train: no weight in any centre
+        self.privacy: ResolvedPrivacy | None = run.privacy
+        if self.privacy is not None and params.selection_mode != "sampled":
+            raise ValueError(
+                f"algorithm.fedsoft.selection_mode: {params.selection_mode} under privacy: it chooses the round's clients "
+                "itself (select: by the importance weights the server would have to hold; all_clients: every client), in "
+                "place of the Poisson sample the accountant assumes; set selection_mode: sampled, or remove the privacy section"
+            )
 
     def is_importance_round(self, round_index: int) -> bool:
         return round_index == 1 or round_index % self.params.importance_every == 0
@@ -148,7 +168,9 @@ class FedSoft(AlgorithmDefaults):
             importance=importance,
             num_samples=num_samples,
             weights=server_weights(importance, num_samples),
-            clients=starting_models(initial, num_clients) if weighted else None,
+            # under privacy the server keeps no client model: the centres move by noised sums of updates
+            clients=starting_models(initial, num_clients) if weighted and self.privacy is None else None,
+            clip=None if self.privacy is None else ClipState(self.privacy.clip),
         )
 
     def startup_events(self, state: FedSoftState) -> tuple[str, ...]:
@@ -178,6 +200,8 @@ class FedSoft(AlgorithmDefaults):
         return tuple(events)
 
     def probe_task(self, state: FedSoftState, round_index: int, client_id: int) -> ClientTask | None:
+        if self.privacy is not None:  # each client estimates its importance when it trains, on the client
+            return None
         return ClientTask(models=self.centre_names()) if self.is_importance_round(round_index) else None
 
     def absorb_probes(self, state: FedSoftState, round_index: int, results: Mapping[int, Mapping[str, Any]]) -> RoundNotes:
@@ -205,9 +229,13 @@ class FedSoft(AlgorithmDefaults):
         return {centre_name(s): centre for s, centre in enumerate(state.centres)}
 
     def training_task(self, state: FedSoftState, round_index: int, client_id: int) -> ClientTask:
+        if state.clip is not None:
+            return ClientTask(models=self.centre_names(), payload={"clip": state.clip.clip})
         return ClientTask(models=self.centre_names(), payload={"importance": state.importance[client_id].copy()})
 
     def aggregate(self, state: FedSoftState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if self.privacy is not None and state.clip is not None:
+            return self._aggregate_private(self.privacy, state, state.clip, round_index, uploads)
         by_client = {upload.client_id: upload for upload in uploads}
         if state.selections is not None:
             return self._aggregate_selected(state, by_client)
@@ -247,7 +275,34 @@ class FedSoft(AlgorithmDefaults):
         state.centres = server_step_clusters(self.server_optimizer, state.server_moments, state.centres, means, reached)
         return RoundNotes(events=tuple(events))
 
+    def _aggregate_private(
+        self, privacy: ResolvedPrivacy, state: FedSoftState, clip: ClipState, round_index: int, uploads: list[Upload]
+    ) -> RoundNotes:
+        """Every centre's noised u-weighted sum of the clipped updates with its noised
+        u-weighted count, one release; a centre whose noised count is below
+        privacy.min_group_size keeps its value. Only the noised counts are logged."""
+        members = [(np.asarray(upload.values[IMPORTANCE], dtype=np.float64), upload) for upload in uploads]
+        release = released_weighted_group_means(
+            privacy, clip.clip, members, self.params.centers, state.centres[0], with_head=True, seed=self.seed, round_index=round_index
+        )
+        moved = [centre if mean is None else shifted(centre, mean) for centre, mean in zip(state.centres, release.means)]
+        reached = {s for s, mean in enumerate(release.means) if mean is not None}
+        state.centres = server_step_clusters(self.server_optimizer, state.server_moments, state.centres, moved, reached)
+        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
+        events: list[str] = []
+        if round_index == 1:
+            events.append(
+                f"fedsoft under privacy: {self.params.centers} centres start from independently seeded models; each client "
+                "estimates its importance from the centres whenever it trains, and centre s moves by the noised u_s-weighted "
+                "mean of the clipped updates"
+            )
+        counts = ", ".join(f"{count:.1f}" for count in release.counts)
+        events.append(f"fedsoft round {round_index}: noised centre weights [{counts}]")
+        return RoundNotes(releases=(privacy.release(),), events=tuple(events))
+
     def evaluation_task(self, state: FedSoftState, round_index: int, client_id: int, final: bool) -> ClientTask:
+        if state.clip is not None:  # the server holds no importance: the client estimates its own from the centres
+            return ClientTask(models=self.centre_names())
         return ClientTask(payload={"importance": state.importance[client_id].copy()})
 
     # ---- client ----
@@ -262,6 +317,8 @@ class FedSoft(AlgorithmDefaults):
 
     def local_update(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, FedSoftClient]:
         centres = [objects[name] for name in task.models]
+        if "clip" in task.payload:
+            return self._private_update(ctx, state, task, objects, centres, float(task.payload["clip"]))
         regulariser = None
         if self.params.proximal > 0:
             regulariser = proximal_regulariser(ctx, centres, np.asarray(task.payload["importance"]), self.params.proximal)
@@ -277,8 +334,28 @@ class FedSoft(AlgorithmDefaults):
         )
         return upload, FedSoftClient(model=trained)
 
+    def _private_update(
+        self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], centres: list[ModelParams], clip: float
+    ) -> tuple[Upload, FedSoftClient]:
+        """Under privacy: u_k estimated here from the downloaded centres, w_k trained with
+        their pull, and the clipped update of w_k against the anchor sum_s u_ks c_s sent
+        with u_k; w_k stays on the client."""
+        importance = np.asarray(self.probe(ctx, state, task, objects)["importance"], dtype=np.float64)
+        regulariser = None
+        if self.params.proximal > 0:
+            regulariser = proximal_regulariser(ctx, centres, importance, self.params.proximal)
+        ctx.load(state.model)
+        stats = ctx.train(regulariser=regulariser)
+        trained = ctx.snapshot()
+        update, norm = clipped_update(anchor_model(centres, importance), trained, clip, with_head=True)
+        upload = private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip, **{IMPORTANCE: importance})
+        return upload, FedSoftClient(model=trained)
+
     def evaluate(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
-        importance = np.asarray(task.payload["importance"], dtype=np.float64)
+        if "importance" in task.payload:
+            importance = np.asarray(task.payload["importance"], dtype=np.float64)
+        else:  # under privacy: the client's own estimate from the current centres
+            importance = np.asarray(self.probe(ctx, state, task, objects)["importance"], dtype=np.float64)
         return EvalResult(
             references={"personalized": ctx.score(state.model)},
             headline="personalized",
@@ -323,4 +400,11 @@ METHOD = MethodSpec(
     ),
     newcomer_rule="importance weights from the centres' per-sample losses on its training data; a model from the centre "
     "of largest weight, trained for protocol.newcomer_epochs epochs with the proximal pull towards the weighted centres",
+    privacy=PrivacyRule(
+        sends="the personal model's update against its anchor sum_s u_s c_s (encoder and head), clipped, with the "
+        "importance weights u it is weighted by: every centre's u-weighted sum with its weighted count, one noised release "
+        "a round",
+        kept_on_client="the personal model w_k and n_k; u_k is estimated on the client, and the server uses it only inside "
+        "the noised sums",
+    ),
 )

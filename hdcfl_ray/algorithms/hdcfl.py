@@ -37,7 +37,7 @@ from hdcfl_ray.contract import (
     doubled_count,
 )
 from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
-from hdcfl_ray.hdcfl.private_grouping import group_sketches, head_sketch, sketch_axes
+from hdcfl_ray.hdcfl.private_grouping import LLOYD_STEPS_PER_REFRESH, head_sketch, initial_centres, memberships_from_centres, private_lloyd, sketch_axes
 from hdcfl_ray.hdcfl.refresh import kmeans_seed, refresh_summary, run_refresh
 
 
@@ -89,8 +89,10 @@ class Personalisation:
 @dataclass
 class HDCFLState(SharedEncoderState):
     personalisation: Personalisation | None = None
-    # under privacy: each client's last noised head sketch (a released value), by client id
+    # under privacy: each client's last head sketch, by client id (the server's own record: what
+    # it releases of them is the noised centres), and the released group centres
     sketches: dict[int, np.ndarray] = field(default_factory=dict)
+    centres: np.ndarray | None = None
 
 
 SKETCH = "head_sketch"  # Upload.values key of a client's head sketch under privacy (refresh rounds)
@@ -162,10 +164,10 @@ class HDCFL(FedAvgSE):
         return {SKETCH: head_sketch(trained.head, axes)}
 
     def _aggregate_private(self, privacy: ResolvedPrivacy, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
-        """Every round the global encoder's noised mean; at a refresh round also each sampled
-        client's noised head sketch (one release: a client's sketch has norm 1) and, once the
-        server has grouped the sketches it holds, each group's noised sum of this round's
-        encoder updates with its noised count (one release), from which the prototypes come."""
+        """Every round the global encoder's noised mean; at a refresh round also the groups'
+        centres, refined by private Lloyd steps on the sampled clients' head sketches (each
+        step one release), and each group's noised sum of this round's encoder updates with
+        its noised count (one release), from which the prototypes come."""
         assert state.clip is not None
         start = np.array(state.global_encoder, dtype=np.float32, copy=True)
         clip = state.clip.clip
@@ -173,44 +175,44 @@ class HDCFL(FedAvgSE):
         releases = [privacy.release()]
         if not self.is_refresh_round(round_index):
             return RoundNotes(releases=tuple(releases))
-        rng = noise_stream(self.seed, round_index, SLOT_DESCRIPTORS)
-        multiplier = value_multiplier(privacy)
-        for upload in sorted(uploads, key=lambda u: u.client_id):
-            sketch = np.asarray(upload.values[SKETCH], dtype=np.float64)
-            state.sketches[upload.client_id] = sketch + rng.standard_normal(sketch.shape) * multiplier
-        releases.append(privacy.release())
-        if not state.sketches:
+        sampled = sorted(uploads, key=lambda u: u.client_id)
+        for upload in sampled:
+            state.sketches[upload.client_id] = np.asarray(upload.values[SKETCH], dtype=np.float64)
+        if not state.sketches:  # no client has sent a sketch yet: nothing to group, nothing released
             return RoundNotes(releases=tuple(releases), events=(f"HDC-FL round {round_index}: no head sketch yet, no groups",))
-        client_ids = sorted(state.sketches)
-        grouping = group_sketches(
-            np.stack([state.sketches[k] for k in client_ids]),
-            self.params.groups,
-            self.params.membership,
-            self.params.temperature,
-            self.params.temperature_scale,
-            seed=kmeans_seed(self.seed, self.refresh_index(round_index)),
-            n_init=self.params.kmeans_init,
+        width = int(next(iter(state.sketches.values())).shape[0])
+        centres = state.centres if state.centres is not None else initial_centres(self.seed, int(self.params.groups), width)
+        points = np.stack([state.sketches[u.client_id] for u in sampled]) if sampled else np.zeros((0, width))
+        lloyd = private_lloyd(
+            points,
+            centres,
+            LLOYD_STEPS_PER_REFRESH,
+            value_multiplier(privacy),
+            privacy.noise_cohort_factor,
+            privacy.min_group_size,
+            [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * (step + 1)) for step in range(LLOYD_STEPS_PER_REFRESH)],
         )
+        state.centres = lloyd.centres
+        releases += [privacy.release()] * LLOYD_STEPS_PER_REFRESH
+        grouping = memberships_from_centres(state.sketches, lloyd.centres, self.params.membership, self.params.temperature)
+        client_ids = sorted(state.sketches)
         label_of = {k: int(grouping.labels[i]) for i, k in enumerate(client_ids)}
-        members = [(label_of[u.client_id], u) for u in uploads if u.client_id in label_of]
+        members = [(label_of[u.client_id], u) for u in sampled]
         release = released_group_means(
             privacy, clip, members, grouping.num_groups, ModelParams(encoder=start), with_head=False, seed=self.seed, round_index=round_index, slot=SLOT_GROUPS
         )
         releases.append(privacy.release())
         prototypes = np.stack(
-            [
-                state.global_encoder if mean is None else (start.astype(np.float64) + mean.encoder).astype(np.float32)
-                for mean in release.means
-            ]
+            [state.global_encoder if mean is None else (start.astype(np.float64) + mean.encoder).astype(np.float32) for mean in release.means]
         )
         summary = RefreshSummary(
             round_index=round_index,
             group_labels=label_of,
             memberships={k: grouping.memberships[i] for i, k in enumerate(client_ids)},
             silhouette=float(grouping.silhouette),
-            effective_rank=int(state.sketches[client_ids[0]].shape[0]),
+            effective_rank=width,
             num_groups=grouping.num_groups,
-            descriptor_kind="noised head sketches",
+            descriptor_kind="head sketches, private Lloyd steps",
         )
         state.personalisation = Personalisation(
             prototypes=prototypes,
@@ -219,7 +221,11 @@ class HDCFL(FedAvgSE):
             refresh_round=round_index,
         )
         kept = [g for g, mean in enumerate(release.means) if mean is None]
-        events = (f"HDC-FL round {round_index}: groups {kept} released no prototype (noised count below privacy.min_group_size); the global encoder stands in",) if kept else ()
+        events = (
+            (f"HDC-FL round {round_index}: groups {kept} released no prototype (noised count below privacy.min_group_size); the global encoder stands in",)
+            if kept
+            else ()
+        )
         return RoundNotes(refresh=summary, releases=tuple(releases), events=events)
 
     def async_after_apply(self, state: HDCFLState, version: int) -> RoundNotes:
@@ -345,10 +351,13 @@ METHOD = MethodSpec(
     newcomer_rule="a head trained on the frozen global encoder for protocol.newcomer_epochs epochs, its memberships "
     "against the last refresh's groups, and that mixture of prototypes with the head (the global encoder before a refresh)",
     privacy=PrivacyRule(
-        sends="the shared encoder's update, clipped (one noised mean a round); at a refresh round also each client's head "
-        "sketch (its unit head on public directions, norm 1, noised) and the groups' sums of encoder updates with their "
-        "counts (one noised release), the prototypes",
-        kept_on_client="the head (the server groups noised sketches, never heads) and the encoder it trained (no cache)",
-        planned_releases=lambda params, rounds, total: ((1.0, rounds + 2 * sum(1 for r in refresh_rounds(params, total) if r <= rounds)),),
+        sends="the shared encoder's update, clipped (one noised mean a round); at a refresh round also its head sketch (its "
+        "unit head on public directions, norm 1) into the groups' noised sums and counts of three private Lloyd steps (a "
+        "release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
+        kept_on_client="the head (the groups' centres come from noised sums of sketches, never from a head) and the encoder "
+        "it trained (no cache)",
+        planned_releases=lambda params, rounds, total: (
+            (1.0, rounds + (LLOYD_STEPS_PER_REFRESH + 1) * sum(1 for r in refresh_rounds(params, total) if r <= rounds)),
+        ),
     ),
 )

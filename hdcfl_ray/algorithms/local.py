@@ -1,7 +1,8 @@
 """Local-only training: every client trains its own full model and never shares it.
 
 A reference row: what a client reaches on its own data alone. The server
-aggregates nothing."""
+aggregates nothing. Under privacy (docs/privacy.md) nothing changes: with no release the
+epsilon stays 0, the row a DP study compares the private methods with."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, Upload
+from hdcfl_ray.contract import ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, PrivacyRule, RoundNotes, Upload
+from hdcfl_ray.contract.privacy import PlannedRelease
 
 
 @dataclass
@@ -62,9 +64,19 @@ class LocalOnly(AlgorithmDefaults):
         return EvalResult(references={"local": ctx.score()}, headline="local")
 
 
+def no_release(params: object, rounds: int, total_rounds: int) -> tuple[PlannedRelease, ...]:
+    """Local's plan under privacy: nothing leaves a client, so nothing is released."""
+    return ()
+
+
 METHOD = MethodSpec(
     name="local",
     summary="Local: every client trains alone; nothing is shared",
     build=lambda _params, _run: LocalOnly(),
     newcomer_rule="its own model trained alone from the initial model for protocol.newcomer_epochs epochs",
+    privacy=PrivacyRule(
+        sends="nothing: no model or update leaves a client, so nothing is released and epsilon stays 0 (a reference row)",
+        kept_on_client="its whole model",
+        planned_releases=no_release,
+    ),
 )

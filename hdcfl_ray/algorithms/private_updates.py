@@ -6,8 +6,9 @@ minus the model it started from, clipped to L2 norm C over the flat vector of ev
 it shares (`clipped_update`), and one bit, whether the update was within C (adaptive
 clipping counts them). Server side: the mean of a round's clipped updates plus Gaussian
 noise (`released_mean`), or one noised sum per group with a noised count (`released_group_means`,
-for methods whose clients each join one cluster or group). Every release is one Gaussian
-mechanism the run's accountant counts: the method reports it in RoundNotes.releases.
+for methods whose clients each join one cluster or group; `released_weighted_group_means`,
+for methods whose clients spread a unit of weight over the groups). Every release is one
+Gaussian mechanism the run's accountant counts: the method reports it in RoundNotes.releases.
 
 The noise comes from the run's seeded stream of the round and the release (`noise_stream`),
 so a rerun and a resume give the same bits.
@@ -116,6 +117,13 @@ def released_mean(
     return _unflat(mean, template)
 
 
+def released_encoder(privacy: ResolvedPrivacy, clip: float, uploads: Sequence[Upload], encoder: np.ndarray, seed: int, round_index: int) -> np.ndarray:
+    """The shared encoder plus the noised mean of the round's clipped encoder updates (the
+    point the server's step then moves to; the heads never left the clients)."""
+    mean_update = released_mean(privacy, clip, uploads, ModelParams(encoder=encoder), with_head=False, seed=seed, round_index=round_index)
+    return (np.asarray(encoder, np.float64) + mean_update.encoder).astype(np.float32)
+
+
 def shifted(model: ModelParams, update: ModelParams) -> ModelParams:
     """model + update over the parts the update has (a head it lacks stays as it is)."""
     encoder = (np.asarray(model.encoder, np.float64) + update.encoder).astype(np.float32)
@@ -148,19 +156,65 @@ def released_group_means(
     count: each client adds [its update, C] to the one group it is in, a vector of norm at
     most C sqrt(2), so the G sums with N(0, (z C sqrt(2))^2) on every coordinate are one
     mechanism of multiplier z. A group's mean is its noised sum over its noised count."""
-    template = _template(current, with_head)
-    size = int(np.size(_flat(template)))
     sums: list[list[np.ndarray]] = [[] for _ in range(groups)]
     for group, upload in sorted(members, key=lambda member: member[1].client_id):
         if not 0 <= group < groups:
             raise ValueError(f"group {group} is outside the {groups} groups")
         sums[group].append(np.concatenate([_flat(upload.models[UPDATE]), np.asarray([clip], np.float32)]))
+    return _group_release(privacy, clip, sums, _template(current, with_head), seed, round_index, slot)
+
+
+def released_weighted_group_means(
+    privacy: ResolvedPrivacy,
+    clip: float,
+    members: Sequence[tuple[np.ndarray, Upload]],
+    groups: int,
+    current: ModelParams,
+    with_head: bool,
+    seed: int,
+    round_index: int,
+    slot: int = SLOT_GROUPS,
+) -> GroupRelease:
+    """`released_group_means` for soft memberships: a client with weights u over the groups
+    (non-negative, summing to at most one; `bounded_shares` scales a larger sum down) adds
+    u_s [its update, C] to every group s. The concatenation over the groups has norm
+    sqrt(sum_s u_s^2) C sqrt(2) <= C sqrt(2), the bound of one hard membership, so the
+    same noise makes the G weighted sums one mechanism of multiplier z. A group's mean is
+    its noised weighted sum over its noised weighted count."""
+    sums: list[list[np.ndarray]] = [[] for _ in range(groups)]
+    for weights, upload in sorted(members, key=lambda member: member[1].client_id):
+        shares = bounded_shares(weights, groups)
+        contribution = np.concatenate([_flat(upload.models[UPDATE]), np.asarray([clip], np.float32)]).astype(np.float64)
+        for group in np.flatnonzero(shares > 0):
+            sums[int(group)].append(shares[group] * contribution)
+    return _group_release(privacy, clip, sums, _template(current, with_head), seed, round_index, slot)
+
+
+def bounded_shares(weights: np.ndarray, groups: int) -> np.ndarray:
+    """A client's weights over `groups` groups as the release may count them: negative
+    entries as 0, and scaled to sum to one when they sum to more (the bound the noise is
+    calibrated to holds whatever a client sends)."""
+    shares = np.asarray(weights, dtype=np.float64).ravel()
+    if shares.shape != (groups,) or not np.isfinite(shares).all():
+        raise ValueError(f"a client's group weights must be {groups} finite numbers, got {np.asarray(weights).tolist()}")
+    shares = np.maximum(shares, 0.0)
+    total = float(shares.sum())
+    return shares / total if total > 1.0 else shares
+
+
+def _group_release(
+    privacy: ResolvedPrivacy, clip: float, sums: list[list[np.ndarray]], template: ModelParams, seed: int, round_index: int, slot: int
+) -> GroupRelease:
+    """Each group's vectors [update, C] (weighted) summed with N(0, (z C sqrt(2))^2) per
+    coordinate from the release's stream, in group order; the mean where the noised count
+    reaches the minimum group size."""
+    size = int(np.size(_flat(template)))
     std = value_multiplier(privacy) * clip * math.sqrt(2.0) * privacy.noise_cohort_factor
     rng = noise_stream(seed, round_index, slot)
     means: list[ModelParams | None] = []
     counts: list[float] = []
-    for group in range(groups):
-        total = noised_sum(sums[group], std, rng, size=size + 1).astype(np.float64)
+    for vectors in sums:
+        total = noised_sum(vectors, std, rng, size=size + 1).astype(np.float64)
         count = float(total[-1] / clip)
         counts.append(count)
         if count < max(1, privacy.min_group_size):

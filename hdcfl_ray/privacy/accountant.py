@@ -23,6 +23,8 @@ Release = tuple[float, float, int]
 # noise_for_target's result spends at most the target and at least this much less
 TARGET_TOLERANCE = 0.01
 _LARGEST_NOISE_MULTIPLIER = 1e6
+# the Renyi orders RDP is evaluated at: Opacus's defaults (1.1 .. 10.9, 12 .. 63), then up to 1024
+RDP_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024]
 
 
 def _merged(releases: Sequence[Release]) -> list[Release] | None:
@@ -69,7 +71,11 @@ def epsilon(releases: Sequence[Release], delta: float, accountant: Accountant = 
     # warns though the result is right: the warnings would reach every run's terminal
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return float(tracker.get_epsilon(delta=delta))
+        if accountant == "prv":
+            return float(tracker.get_epsilon(delta=delta))
+        # Opacus's orders and larger ones: heavy noise puts the best order past Opacus's
+        # largest (63), where its bound would be looser than it needs to be (and it warns)
+        return float(tracker.get_epsilon(delta=delta, alphas=RDP_ORDERS))
 
 
 def noise_for_target(target_epsilon: float, plan: Sequence[Release], delta: float, accountant: Accountant = "rdp") -> float:

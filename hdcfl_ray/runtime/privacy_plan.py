@@ -97,7 +97,7 @@ def _noise_for_target(config: PrivacyConfig, planned: Sequence[PlannedRelease], 
 
 def _adaptive_clip(config: PrivacyConfig, noise_multiplier: float, expected_cohort: float) -> ResolvedAdaptiveClip | None:
     adaptive = config.adaptive_clip
-    if adaptive is None:
+    if adaptive is None or noise_multiplier == 0.0:  # a method that releases nothing (local) clips nothing
         return None
     count_noise = adaptive.count_noise_multiplier if adaptive.count_noise_multiplier is not None else expected_cohort / 20.0
     # the update and the count are one Gaussian mechanism of multiplier z when
