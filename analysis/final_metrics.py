@@ -90,7 +90,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values.update(run_traffic(run.rounds.to_pylist()))
         values["membership_entropy"] = final_membership_entropy(run, int(final["round"]))
         values.update(participation_split(run, int(final["round"])))
-        values["evaluated_fraction"] = evaluated_fraction(final, run_client_count(run))
+        values["evaluated_fraction"] = evaluated_fraction(final, run_trained_client_count(run))
         values.update(refresh_diagnostics(run))
         values["groups_asked"] = groups_asked(run.scenario)
         count = run_client_count(run)
@@ -117,6 +117,15 @@ def run_client_count(run: Any) -> int | None:
         return count
     recorded = (run.manifest.get("dataset") or {}).get("num_clients")
     return recorded if isinstance(recorded, int) else None
+
+
+def run_trained_client_count(run: Any) -> int | None:
+    """The clients a run trains and evaluates: its clients less the newcomers it held out
+    (partition.newcomers, listed in the manifest's `evaluation.newcomers`), which are
+    scored in a table of their own and never in the clients' evaluation."""
+    count = run_client_count(run)
+    newcomers = (run.manifest.get("evaluation") or {}).get("newcomers") or []
+    return None if count is None else count - len(newcomers)
 
 
 def evaluated_fraction(final_round: dict[str, object], num_clients: int | None) -> float:

@@ -82,3 +82,14 @@ def test_a_full_evaluation_is_not_marked() -> None:
     values = {"mean_accuracy": 0.5, "worst_accuracy": 0.3, "evaluated_fraction": 1.0, "num_groups": math.nan, "ari_true": math.nan}
     text = to_markdown(all_tables([RunMetrics("rot", "fedavg", 1, values)]))
     assert "sampled evaluation" not in text
+
+
+def test_a_run_with_newcomers_is_not_marked_as_a_sampled_evaluation(tmp_path: Path) -> None:
+    """Newcomers are scored in their own table, never among the evaluated clients: a run
+    that scores every client that trains is a whole evaluation."""
+    scenario = build_scenario(tiny_scenario(algorithm={"name": "fedavg"}, partition={"newcomers": 2}, protocol={"rounds": 1}, runtime={"backend": "local"}))
+    run_dir = tmp_path / "run"
+    run_simulation(prepare_run(scenario), run_dir, QuietObserver())
+    (record,) = run_metrics([load_run(run_dir)])
+    assert record.values["evaluated_fraction"] == 1.0
+    assert "sampled evaluation" not in to_markdown(all_tables([record]))
