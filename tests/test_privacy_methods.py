@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from hdcfl_ray.algorithms.private_updates import UPDATE, WITHIN_CLIP
+from hdcfl_ray.algorithms.private_updates import UPDATE, WITHIN_CLIP, group_update_key
 from hdcfl_ray.algorithms.registry import method_specs
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.algorithms.private_updates import bounded_shares, released_group_means, released_weighted_group_means
@@ -69,15 +69,17 @@ def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp
         if method == "local":  # shares nothing: counts only
             assert not upload.models and not upload.values
             continue
-        assert set(upload.models) == {UPDATE}, upload.models.keys()
+        # one clipped update, or (FedSoft) one per centre, each its model minus that centre's
+        expected_keys = {group_update_key(s) for s in range(2)} if method == "fedsoft" else {UPDATE}
+        assert set(upload.models) == expected_keys, upload.models.keys()
         assert set(upload.values) <= ALLOWED_VALUES, upload.values.keys()
-        update = upload.models[UPDATE]
-        assert isinstance(update, ModelParams)
-        parts = [update.encoder] + ([] if update.head is None else [update.head])
-        norm = math.sqrt(sum(float(np.sum(np.asarray(part, np.float64) ** 2)) for part in parts))
-        assert norm <= CLIP * (1 + 1e-5)
-        if method in ENCODER_ONLY:
-            assert update.head is None  # the head stays on the client
+        for update in upload.models.values():
+            assert isinstance(update, ModelParams)
+            parts = [update.encoder] + ([] if update.head is None else [update.head])
+            norm = math.sqrt(sum(float(np.sum(np.asarray(part, np.float64) ** 2)) for part in parts))
+            assert norm <= CLIP * (1 + 1e-5)
+            if method in ENCODER_ONLY:
+                assert update.head is None  # the head stays on the client
         if "importance" in upload.values:
             assert np.sum(upload.values["importance"]) == pytest.approx(1.0) and len(upload.values["importance"]) == 2
         if "head_sketch" in upload.values:

@@ -42,9 +42,10 @@ Choices made here, each documented where it acts:
   are not pulled, but they are averaged into the centres with everything else.
 - Under privacy (docs/privacy.md, "FedSoft") the server keeps no client model and sends
   no probe. A client estimates u_k itself from the centres whenever it trains and sends
-  the clipped update of w_k against its anchor sum_s u_ks c_s with u_k; every centre's
-  u-weighted sum of updates with its u-weighted count is one noised release
-  (`released_weighted_group_means`), and the server neither stores nor logs u_k. Only
+  one clipped update of w_k per centre, w_k - c_s, with u_k; every centre's u-weighted sum
+  of its updates with its u-weighted count is one noised release
+  (`released_per_group_means`), so centre s moves to the u_s-weighted mean of the clients'
+  (clipped) models as FedSoft's centres are, and the server neither stores nor logs u_k. Only
   selection_mode: sampled runs: the other modes choose the clients in place of the
   Poisson sample. An evaluated client places itself by its own estimate, on the client.
 """
@@ -61,10 +62,10 @@ from hdcfl_ray import seeding
 from hdcfl_ray.maths.aggregate import weighted_average_model
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
-from hdcfl_ray.algorithms.fedsoft_centres import anchor_model, kept_copy, soft_centres, starting_models
+from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.newcomer_training import fine_tuned
-from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_weighted_group_means, shifted
+from hdcfl_ray.algorithms.private_updates import WITHIN_CLIP, ClipState, clipped_update, group_update_key, next_round_clip, released_per_group_means, shifted
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
 from hdcfl_ray.contract import AutoKnob, doubled_count, tenfold, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, PrivacyRule, ResolvedPrivacy, RoundNotes, RunInfo, Section, Upload
 from hdcfl_ray.errors import ScenarioError
@@ -282,7 +283,7 @@ class FedSoft(AlgorithmDefaults):
         u-weighted count, one release; a centre whose noised count is below
         privacy.min_group_size keeps its value. Only the noised counts are logged."""
         members = [(np.asarray(upload.values[IMPORTANCE], dtype=np.float64), upload) for upload in uploads]
-        release = released_weighted_group_means(
+        release = released_per_group_means(
             privacy, clip.clip, members, self.params.centers, state.centres[0], with_head=True, seed=self.seed, round_index=round_index
         )
         moved = [centre if mean is None else shifted(centre, mean) for centre, mean in zip(state.centres, release.means)]
@@ -338,8 +339,8 @@ class FedSoft(AlgorithmDefaults):
         self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], centres: list[ModelParams], clip: float
     ) -> tuple[Upload, FedSoftClient]:
         """Under privacy: u_k estimated here from the downloaded centres, w_k trained with
-        their pull, and the clipped update of w_k against the anchor sum_s u_ks c_s sent
-        with u_k; w_k stays on the client."""
+        their pull, and w_k - c_s clipped for every centre s, sent with u_k; w_k stays on the
+        client."""
         importance = np.asarray(self.probe(ctx, state, task, objects)["importance"], dtype=np.float64)
         regulariser = None
         if self.params.proximal > 0:
@@ -347,8 +348,22 @@ class FedSoft(AlgorithmDefaults):
         ctx.load(state.model)
         stats = ctx.train(regulariser=regulariser)
         trained = ctx.snapshot()
-        update, norm = clipped_update(anchor_model(centres, importance), trained, clip, with_head=True)
-        upload = private_upload(ctx.client_id, stats.num_samples, stats.mean_loss, stats.steps, update, norm, clip, **{IMPORTANCE: importance})
+        # one clipped update per centre, its model minus that centre: the server moves centre s
+        # to the u_s-weighted mean of the clients' models, as FedSoft's centres are
+        updates = {}
+        largest = 0.0
+        for centre_index, centre in enumerate(centres):
+            update, norm = clipped_update(centre, trained, clip, with_head=True)
+            updates[group_update_key(centre_index)] = update
+            largest = max(largest, norm)
+        upload = Upload(
+            client_id=ctx.client_id,
+            num_samples=stats.num_samples,
+            train_loss=stats.mean_loss,
+            steps=stats.steps,
+            models=updates,
+            values={WITHIN_CLIP: int(largest <= clip), IMPORTANCE: importance},
+        )
         return upload, FedSoftClient(model=trained)
 
     def evaluate(self, ctx: ClientContext, state: FedSoftClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
@@ -401,9 +416,8 @@ METHOD = MethodSpec(
     newcomer_rule="importance weights from the centres' per-sample losses on its training data; a model from the centre "
     "of largest weight, trained for protocol.newcomer_epochs epochs with the proximal pull towards the weighted centres",
     privacy=PrivacyRule(
-        sends="the personal model's update against its anchor sum_s u_s c_s (encoder and head), clipped, with the "
-        "importance weights u it is weighted by: every centre's u-weighted sum with its weighted count, one noised release "
-        "a round",
+        sends="the personal model's update against each centre c_s (encoder and head), each clipped, with the importance "
+        "weights u they are weighted by: every centre's u-weighted sum with its weighted count, one noised release a round",
         kept_on_client="the personal model w_k and n_k; u_k is estimated on the client, and the server uses it only inside "
         "the noised sums",
     ),

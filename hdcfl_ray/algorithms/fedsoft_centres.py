@@ -1,6 +1,5 @@
 """FedSoft's centre aggregation (plain numpy): c_s = sum_k v_{s,k} w_k over every
-client's latest personal model w_k, with v_{s,.} from `fedsoft_importance.server_weights`;
-and under privacy a client's anchor sum_s u_s c_s, the model its update is taken against.
+client's latest personal model w_k, with v_{s,.} from `fedsoft_importance.server_weights`.
 
 The sum runs over all K clients, not over one round's uploads: a client's w_k
 changes only when it trains, so the server's copy of its last upload (or the
@@ -17,7 +16,6 @@ from typing import Sequence
 import numpy as np
 
 from hdcfl_ray.maths.aggregate import weighted_average_model
-from hdcfl_ray.algorithms.proximal import proximal_anchor
 from hdcfl_ray.contract import ModelParams
 
 
@@ -58,14 +56,3 @@ def soft_centres(weights: np.ndarray, models: Sequence[ModelParams]) -> list[Mod
             continue
         centres.append(weighted_average_model(members, lambda k: models[k], [float(row[k]) for k in members]))
     return centres
-
-
-def anchor_model(centres: Sequence[ModelParams], importance: np.ndarray) -> ModelParams:
-    """sum_s u_s c_s / sum_s u_s over the centres' encoders and heads (BatchNorm statistics
-    included): the point FedSoft's proximal term pulls a client's model to, and under
-    privacy the model its update is taken against."""
-    if any(centre.head is None for centre in centres):
-        raise ValueError("FedSoft's centres are full models: every centre needs a head")
-    encoder, _ = proximal_anchor(np.stack([centre.encoder for centre in centres]), importance)
-    head, _ = proximal_anchor(np.stack([centre.head for centre in centres]), importance)
-    return ModelParams(encoder=encoder, head=head)

@@ -190,6 +190,39 @@ def released_weighted_group_means(
     return _group_release(privacy, clip, sums, _template(current, with_head), seed, round_index, slot)
 
 
+def group_update_key(group: int) -> str:
+    """Upload.models key of a client's clipped update against group `group`'s model (methods
+    whose clients update every group's model by their share: FedSoft's centres)."""
+    return f"{UPDATE}/{group}"
+
+
+def released_per_group_means(
+    privacy: ResolvedPrivacy,
+    clip: float,
+    members: Sequence[tuple[np.ndarray, Upload]],
+    groups: int,
+    current: ModelParams,
+    with_head: bool,
+    seed: int,
+    round_index: int,
+    slot: int = SLOT_GROUPS,
+) -> GroupRelease:
+    """`released_weighted_group_means` where a client sends one clipped update per group, its
+    model minus that group's model (`group_update_key`): client k adds u_s [its update
+    against group s, C] to every group s. Each update has norm at most C, so the
+    concatenation over the groups has norm at most sqrt(sum_s u_s^2) C sqrt(2) <= C sqrt(2):
+    one mechanism of multiplier z. A group's mean is the u-weighted mean of its clients'
+    (clipped) models minus the group's model, as FedSoft's centre is the u-weighted mean of
+    the clients' models."""
+    sums: list[list[np.ndarray]] = [[] for _ in range(groups)]
+    for weights, upload in sorted(members, key=lambda member: member[1].client_id):
+        shares = bounded_shares(weights, groups)
+        for group in np.flatnonzero(shares > 0):
+            update = _flat(upload.models[group_update_key(int(group))])
+            sums[int(group)].append(shares[group] * np.concatenate([update, np.asarray([clip], np.float32)]).astype(np.float64))
+    return _group_release(privacy, clip, sums, _template(current, with_head), seed, round_index, slot)
+
+
 def bounded_shares(weights: np.ndarray, groups: int) -> np.ndarray:
     """A client's weights over `groups` groups as the release may count them: negative
     entries as 0, and scaled to sum to one when they sum to more (the bound the noise is
