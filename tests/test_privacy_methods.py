@@ -16,7 +16,7 @@ from cli import app
 from hdcfl_ray.algorithms.private_updates import UPDATE, WITHIN_CLIP, group_update_key
 from hdcfl_ray.algorithms.registry import method_specs
 from hdcfl_ray.config.loading import build_scenario
-from hdcfl_ray.algorithms.private_updates import bounded_shares, released_group_means, released_weighted_group_means
+from hdcfl_ray.algorithms.private_updates import bounded_shares, released_group_means, released_per_group_means
 from hdcfl_ray.contract import ModelParams, ResolvedPrivacy, Upload
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
@@ -158,18 +158,22 @@ def _privacy(min_group_size: int = 1) -> ResolvedPrivacy:
     )
 
 
-def _update_upload(client_id: int, update: np.ndarray) -> Upload:
-    return Upload(client_id, 10, 0.0, 1, models={UPDATE: ModelParams(encoder=update.astype(np.float32))})
+def _update_upload(client_id: int, update: np.ndarray, groups: int = 0) -> Upload:
+    """An upload of `update`, under UPDATE, or (groups > 0) as the update against each of that many groups."""
+    model = ModelParams(encoder=update.astype(np.float32))
+    keys = [group_update_key(g) for g in range(groups)] if groups else [UPDATE]
+    return Upload(client_id, 10, 0.0, 1, models={key: model for key in keys})
 
 
 def test_weighted_group_release_with_one_hot_weights_is_the_group_release_bit_for_bit() -> None:
     rng = np.random.default_rng(0)
-    uploads = [_update_upload(k, rng.normal(size=6) * 0.1) for k in range(5)]
+    updates = [rng.normal(size=6) * 0.1 for _ in range(5)]
+    uploads = [_update_upload(k, update) for k, update in enumerate(updates)]
     groups = [0, 2, 0, 1, 2]
     current = ModelParams(encoder=np.zeros(6, np.float32))
     hard = released_group_means(_privacy(), CLIP, list(zip(groups, uploads)), 3, current, with_head=False, seed=3, round_index=2)
-    one_hot = [(np.eye(3)[group], upload) for group, upload in zip(groups, uploads)]
-    soft = released_weighted_group_means(_privacy(), CLIP, one_hot, 3, current, with_head=False, seed=3, round_index=2)
+    one_hot = [(np.eye(3)[group], _update_upload(k, update, groups=3)) for k, (group, update) in enumerate(zip(groups, updates))]
+    soft = released_per_group_means(_privacy(), CLIP, one_hot, 3, current, with_head=False, seed=3, round_index=2)
     assert soft.counts == hard.counts
     for a, b in zip(soft.means, hard.means):
         assert (a is None and b is None) or np.array_equal(a.encoder, b.encoder)
@@ -177,9 +181,12 @@ def test_weighted_group_release_with_one_hot_weights_is_the_group_release_bit_fo
 
 def test_weighted_group_release_spreads_each_client_over_the_groups_by_its_weights() -> None:
     current = ModelParams(encoder=np.zeros(4, np.float32))
-    members = [(np.array([0.75, 0.25]), _update_upload(0, np.full(4, 0.2))), (np.array([0.5, 0.5]), _update_upload(1, np.full(4, -0.1)))]
+    members = [
+        (np.array([0.75, 0.25]), _update_upload(0, np.full(4, 0.2), groups=2)),
+        (np.array([0.5, 0.5]), _update_upload(1, np.full(4, -0.1), groups=2)),
+    ]
     noiseless = ResolvedPrivacy(**{**_privacy().__dict__, "noise_cohort_size": 10**12})  # the noise scaled to nothing
-    release = released_weighted_group_means(noiseless, CLIP, members, 2, current, with_head=False, seed=0, round_index=1)
+    release = released_per_group_means(noiseless, CLIP, members, 2, current, with_head=False, seed=0, round_index=1)
     assert release.counts == pytest.approx([1.25, 0.75], abs=1e-6)
     # the first group's mean is its weighted mean update; the second's weighted count is below one client
     assert np.allclose(release.means[0].encoder, (0.75 * 0.2 - 0.5 * 0.1) / 1.25, atol=1e-6)

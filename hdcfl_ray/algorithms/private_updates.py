@@ -6,7 +6,7 @@ minus the model it started from, clipped to L2 norm C over the flat vector of ev
 it shares (`clipped_update`), and one bit, whether the update was within C (adaptive
 clipping counts them). Server side: the mean of a round's clipped updates plus Gaussian
 noise (`released_mean`), or one noised sum per group with a noised count (`released_group_means`,
-for methods whose clients each join one cluster or group; `released_weighted_group_means`,
+for methods whose clients each join one cluster or group; `released_per_group_means`,
 for methods whose clients spread a unit of weight over the groups). Every release is one
 Gaussian mechanism the run's accountant counts: the method reports it in RoundNotes.releases.
 
@@ -164,32 +164,6 @@ def released_group_means(
     return _group_release(privacy, clip, sums, _template(current, with_head), seed, round_index, slot)
 
 
-def released_weighted_group_means(
-    privacy: ResolvedPrivacy,
-    clip: float,
-    members: Sequence[tuple[np.ndarray, Upload]],
-    groups: int,
-    current: ModelParams,
-    with_head: bool,
-    seed: int,
-    round_index: int,
-    slot: int = SLOT_GROUPS,
-) -> GroupRelease:
-    """`released_group_means` for soft memberships: a client with weights u over the groups
-    (non-negative, summing to at most one; `bounded_shares` scales a larger sum down) adds
-    u_s [its update, C] to every group s. The concatenation over the groups has norm
-    sqrt(sum_s u_s^2) C sqrt(2) <= C sqrt(2), the bound of one hard membership, so the
-    same noise makes the G weighted sums one mechanism of multiplier z. A group's mean is
-    its noised weighted sum over its noised weighted count."""
-    sums: list[list[np.ndarray]] = [[] for _ in range(groups)]
-    for weights, upload in sorted(members, key=lambda member: member[1].client_id):
-        shares = bounded_shares(weights, groups)
-        contribution = np.concatenate([_flat(upload.models[UPDATE]), np.asarray([clip], np.float32)]).astype(np.float64)
-        for group in np.flatnonzero(shares > 0):
-            sums[int(group)].append(shares[group] * contribution)
-    return _group_release(privacy, clip, sums, _template(current, with_head), seed, round_index, slot)
-
-
 def group_update_key(group: int) -> str:
     """Upload.models key of a client's clipped update against group `group`'s model (methods
     whose clients update every group's model by their share: FedSoft's centres)."""
@@ -207,9 +181,10 @@ def released_per_group_means(
     round_index: int,
     slot: int = SLOT_GROUPS,
 ) -> GroupRelease:
-    """`released_weighted_group_means` where a client sends one clipped update per group, its
-    model minus that group's model (`group_update_key`): client k adds u_s [its update
-    against group s, C] to every group s. Each update has norm at most C, so the
+    """`released_group_means` for soft memberships, where a client sends one clipped update
+    per group, its model minus that group's model (`group_update_key`), and weights u over
+    the groups (non-negative, summing to at most one; `bounded_shares` scales a larger sum
+    down): client k adds u_s [its update against group s, C] to every group s. Each update has norm at most C, so the
     concatenation over the groups has norm at most sqrt(sum_s u_s^2) C sqrt(2) <= C sqrt(2):
     one mechanism of multiplier z. A group's mean is the u-weighted mean of its clients'
     (clipped) models minus the group's model, as FedSoft's centre is the u-weighted mean of
