@@ -8,6 +8,7 @@ privacy stand at its right edge, labelled "no DP", joined by a dashed segment.""
 from __future__ import annotations
 
 import math
+from typing import Iterable
 from pathlib import Path
 from statistics import stdev
 
@@ -78,7 +79,7 @@ def epsilon_figure(lines: list[Line], path: Path, title: str) -> Path:
             if len(points) > len(private) and private:
                 axis.plot([private[-1][0], points[-1][0]], [private[-1][1], points[-1][1]], "--", color=colour, linewidth=1)
         axis.set_xscale("log")
-        epsilons = sorted({round(level.epsilon, 2) for line in lines for level in line.private_levels})
+        epsilons = _tick_values(level.epsilon for line in lines for level in line.private_levels)
         ticks = epsilons + ([no_dp_x] if with_no_dp else [])
         axis.xaxis.set_major_locator(FixedLocator(ticks))
         axis.xaxis.set_minor_locator(NullLocator())
@@ -115,3 +116,16 @@ def _privacy_caption(lines: list[Line]) -> str:
         else:
             parts.append(shown.format("per line"))
     return "metrics against epsilon (" + ", ".join(parts) + ")"
+
+
+def _tick_values(values: Iterable[float]) -> list[float]:
+    """The epsilons to mark on the axis: one tick for values within 10% of each other (the
+    methods of one level reach it to within the accountant's tolerance: 1.99 and 2 would
+    print over each other), at the largest of them."""
+    ticks: list[float] = []
+    for value in sorted({round(float(v), 2) for v in values}):
+        if ticks and value <= ticks[-1] * 1.1:
+            ticks[-1] = value
+        else:
+            ticks.append(value)
+    return ticks

@@ -40,7 +40,7 @@ from analysis.verdict import RULE, paired_verdict
 COMPARED = (("mean_accuracy", "mean acc.", 100.0), ("worst_accuracy", "worst acc.", 100.0), ("ari_true", "ARI", 100.0))
 HEADER = ["Setting", "Method", "epsilon target", "epsilon reached (RDP)", "z", "Seeds",
           *(f"{label}{part}" for _, label, _ in COMPARED for part in ("", " diff. vs no DP per seed", " verdict")),
-          "releases: descriptor / model (descriptor share)"]  # fmt: skip
+          "groups at the final round per seed", "releases: descriptor / model (descriptor share)"]  # fmt: skip
 
 
 def setting_runs(folders: list[Path]) -> list[RunRecord]:
@@ -63,9 +63,29 @@ def level_rows(setting: str, line: Line) -> list[str]:
         cells = [setting, line.method, _target(level), _reached(level), _noise(level), ", ".join(map(str, level.seeds))]
         for metric, _, scale in COMPARED:
             cells += [cell([scale * run.values[metric] for run in level.runs]), *_paired(level, line.no_dp, metric, scale)]
-        cells.append(_releases(level))
+        cells += [_groups(level), _releases(level)]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
+
+
+def final_group_count(run: RunRecord) -> int | None:
+    """How many distinct groups the clients are in at the run's last evaluated round (None
+    where the method logs no group)."""
+    clients = run.clients.to_pydict()
+    if "group" not in clients or not clients["round"]:
+        return None
+    last = max(clients["round"])
+    groups = {group for round_index, group in zip(clients["round"], clients["group"]) if round_index == last and group is not None}
+    return len(groups) or None
+
+
+def _groups(level: Level) -> str:
+    """The groups each seed's run ends with, and a mark where every seed collapsed into one."""
+    counts = [final_group_count(run.run) for run in sorted(level.runs, key=lambda run: run.run.seed)]
+    if all(count is None for count in counts):
+        return "-"
+    text = " / ".join("-" if count is None else str(count) for count in counts)
+    return f"{text} (collapsed: one group)" if all(count == 1 for count in counts) else text
 
 
 def reference_rows(name: str, lines: list[Line]) -> list[str]:
@@ -203,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         "target: privacy.target_epsilon, from which each run chose z for its planned releases. 'diff. vs no DP per seed' is "
         f"the private run minus the run without privacy of the same seed. Verdict of the private level against no DP: {RULE}. "
         "releases: the noised releases the run composed, split by the rule of analysis/privacy_releases.py (HDC-FL: one model "
-        "release a round, one descriptor release, the noised head sketches, and one model release, the groups' sums, at each "
-        "refresh; the other methods: model releases only); where a run's releases share one z and q (every cell not marked "
+        "release a round; at each refresh one descriptor release per private Lloyd step on the head sketches and one model "
+        "release, the groups' sums; the other methods: model releases only); where a run's releases share one z and q (every cell not marked "
         "'by count') each adds the same Renyi divergence, so the descriptor share is also the share of the RDP budget. "
         "*reference* rows: the trivial references the runs recorded (each client's own majority class, or the pooled one, "
         "scored on its test set).",
