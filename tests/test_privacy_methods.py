@@ -207,3 +207,6 @@ def test_a_method_without_a_privacy_rule_is_refused_naming_it(write_scenario) ->
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2, result.output
     assert "privacy" in result.output and refused[0] in result.output
+    reason = method_specs()[refused[0]].no_privacy_reason
+    assert reason, f"{refused[0]} refuses privacy without saying why (MethodSpec.no_privacy_reason)"
+    assert " ".join(reason.split()[:6]) in " ".join(result.output.split())

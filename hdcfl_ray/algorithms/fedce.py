@@ -342,4 +342,5 @@ METHOD = MethodSpec(
     # as docs/calibration.md chose them by hand: S first (at T = 4), then T at the chosen S
     auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True, beyond=doubled_count), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),
     newcomer_rule="its membership by EM on its training data from uniform weights, and that ensemble of the components (FedCE's evaluation), untrained",
+    no_privacy_reason="a client uploads up to S component models with soft counts and its mixing weights, and their private release is not written",
 )

@@ -99,4 +99,5 @@ METHOD = MethodSpec(
     check=lambda _params, run: sgd_only("fednova", run.client_optimizer.name),
     applies_server_optimizer=True,
     newcomer_rule=GLOBAL_MODEL_RULE,
+    no_privacy_reason="its server step averages the clients' local step counts, which reveal their data sizes, and no noised release of them is written",
 )

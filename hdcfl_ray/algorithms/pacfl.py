@@ -243,4 +243,5 @@ METHOD = MethodSpec(
     auto_knobs=(AutoKnob("threshold", auto_thresholds, same_run_key=clustering_of),),
     newcomer_rule="its data subspace (sent up as PACFL's round-1 probe) joins the cluster of the stored subspace at the "
     "smallest angle; that cluster's model, untrained",
+    no_privacy_reason="its one-shot clustering sends a basis of each client's raw training images, which needs a private subspace release first",
 )

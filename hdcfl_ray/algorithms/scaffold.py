@@ -174,4 +174,5 @@ METHOD = MethodSpec(
     check=lambda _params, run: sgd_only("scaffold", run.client_optimizer.name),
     applies_server_optimizer=True,
     newcomer_rule=GLOBAL_MODEL_RULE,
+    no_privacy_reason="each client also sends its control-variate change, a second model-sized stream with no clip and noise of its own yet",
 )

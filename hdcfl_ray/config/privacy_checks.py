@@ -18,17 +18,19 @@ def privacy_problem(
     mode: str,
     straggler_policy: str,
     availability: str,
+    reason: str = "",
 ) -> str | None:
     """What is wrong with running `method` under `privacy` in this scenario, or None.
-    `accepts`: the method's MethodSpec declares a privacy rule; `accepting`: the methods that do."""
+    `accepts`: the method's MethodSpec declares a privacy rule; `accepting`: the methods that do;
+    `reason`: why the method has none (MethodSpec.no_privacy_reason)."""
     if privacy is None:
         return None
     if not accepts:
         choices = f"one of the methods that accept it ({', '.join(accepting)})" if accepting else "a method that accepts it (none does yet)"
+        why = reason or "its MethodSpec declares no privacy rule, so nothing says what it would clip and noise"
         return (
             f"privacy with algorithm.name: {method}, a method that does not run under client-level differential privacy "
-            f"(its MethodSpec declares no privacy rule, so nothing says what it would clip and noise): {_REMOVE}, or "
-            f"choose {choices}"
+            f"({why}): {_REMOVE}, or choose {choices}"
         )
     if mode == "async":
         return (

@@ -837,6 +837,7 @@ class Scenario(Section):
             protocol.mode,
             protocol.stragglers.policy,
             protocol.availability.kind,
+            spec.no_privacy_reason,
         )
         if problem is not None:
             raise ValueError(problem)

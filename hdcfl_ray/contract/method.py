@@ -229,6 +229,9 @@ class MethodSpec(Generic[ParamsT]):
     # with, one line; a method that declares it implements contract.newcomers.NewcomerHooks.
     # None: the method has no newcomer rule, and its newcomers' rows say so
     newcomer_rule: str | None = None
+    # why the method has no privacy rule (MethodSpec.privacy is None), one line: what the
+    # refusal of a `privacy:` section says besides naming the methods that accept one
+    no_privacy_reason: str = ""
     # what the method sends under client-level differential privacy (the scenario's privacy
     # section; RunInfo.privacy) and the releases it plans; None: it refuses a privacy section
     privacy: PrivacyRule | None = None
