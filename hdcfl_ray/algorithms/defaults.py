@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, RoundNotes, ServerOptimizerConfig, never_probes
+from hdcfl_ray.contract import ClientContext, ClientTask, ModelParams, ResolvedPrivacy, RoundNotes, ServerOptimizerConfig, never_probes
 
 
 @dataclass
@@ -24,6 +24,9 @@ class AlgorithmDefaults:
     # the step aggregate takes from the clients' mean (RunInfo.server_optimizer); a subclass
     # built without one (a plugin's own __init__) keeps the default, the mean itself
     server_optimizer = ServerOptimizerConfig()
+    # the run's privacy (RunInfo.privacy) for a method that accepts it; a subclass built
+    # without it (a plugin's own __init__, a method with its own server state) runs without
+    privacy: ResolvedPrivacy | None = None
 
     def select(self, state: Any, round_index: int, sampled: list[int], online: list[int]) -> list[int]:
         return sampled

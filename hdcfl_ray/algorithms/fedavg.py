@@ -54,7 +54,7 @@ class FedAvg(AlgorithmDefaults):
         return {"global": state.model}
 
     def training_task(self, state: GlobalModelState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=("global",), payload={} if state.clip is None else {"clip": state.clip.clip})
+        return ClientTask(models=("global",), payload={} if self.privacy is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: GlobalModelState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         if self.privacy is not None and state.clip is not None:

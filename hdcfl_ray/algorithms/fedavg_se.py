@@ -112,7 +112,7 @@ class FedAvgSE(AlgorithmDefaults):
         return {"global": state.global_encoder}
 
     def training_task(self, state: SharedEncoderState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=("global",), payload={} if state.clip is None else {"clip": state.clip.clip})
+        return ClientTask(models=("global",), payload={} if self.privacy is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: SharedEncoderState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         if self.privacy is not None and state.clip is not None:

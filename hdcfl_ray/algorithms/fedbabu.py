@@ -97,7 +97,7 @@ class FedBABU(AlgorithmDefaults):
         return {"global": ModelParams(encoder=state.global_encoder, head=state.head)}
 
     def training_task(self, state: FedBABUState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=("global",), payload={} if state.clip is None else {"clip": state.clip.clip})
+        return ClientTask(models=("global",), payload={} if self.privacy is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: FedBABUState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         events: tuple[str, ...] = ()

@@ -125,7 +125,7 @@ class IFCA(AlgorithmDefaults):
         return cluster_objects(state.models)
 
     def training_task(self, state: IFCAState, round_index: int, client_id: int) -> ClientTask:
-        return ClientTask(models=self.names, payload={} if state.clip is None else {"clip": state.clip.clip})
+        return ClientTask(models=self.names, payload={} if self.privacy is None else {"clip": state.clip.clip})
 
     def aggregate(self, state: IFCAState, round_index: int, uploads: list[Upload]) -> RoundNotes:
         if self.privacy is not None and state.clip is not None:
