@@ -210,3 +210,13 @@ def test_a_method_without_a_privacy_rule_is_refused_naming_it(write_scenario) ->
     reason = method_specs()[refused[0]].no_privacy_reason
     assert reason, f"{refused[0]} refuses privacy without saying why (MethodSpec.no_privacy_reason)"
     assert " ".join(reason.split()[:6]) in " ".join(result.output.split())
+
+
+def test_a_diverged_update_is_sent_as_zeros_outside_the_clip() -> None:
+    from hdcfl_ray.algorithms.private_updates import clipped_update
+
+    start = ModelParams(encoder=np.zeros(4, np.float32), head=np.zeros(2, np.float32))
+    trained = ModelParams(encoder=np.array([1.0, np.nan, 0.0, 0.0], np.float32), head=np.ones(2, np.float32))
+    update, norm = clipped_update(start, trained, CLIP, with_head=True)
+    assert math.isinf(norm)
+    assert not update.encoder.any() and not update.head.any()

@@ -158,8 +158,8 @@ class HDCFL(FedAvgSE):
         return ClientTask(models=task.models, payload={**task.payload, "sketch_rank": self.params.rank})
 
     def private_values(self, task: ClientTask, trained: ModelParams) -> dict[str, Any]:
-        if "sketch_rank" not in task.payload or trained.head is None:
-            return {}
+        if "sketch_rank" not in task.payload or trained.head is None or not np.isfinite(trained.head).all():
+            return {}  # a head whose training diverged sends no sketch: the client keeps its last place
         axes = sketch_axes(self.seed, int(np.size(trained.head)), int(task.payload["sketch_rank"]))
         return {SKETCH: head_sketch(trained.head, axes)}
 
@@ -177,7 +177,9 @@ class HDCFL(FedAvgSE):
             return RoundNotes(releases=tuple(releases))
         sampled = sorted(uploads, key=lambda u: u.client_id)
         for upload in sampled:
-            state.sketches[upload.client_id] = np.asarray(upload.values[SKETCH], dtype=np.float64)
+            if SKETCH in upload.values:
+                state.sketches[upload.client_id] = np.asarray(upload.values[SKETCH], dtype=np.float64)
+        sampled = [upload for upload in sampled if SKETCH in upload.values]
         if not state.sketches:  # no client has sent a sketch yet: nothing to group, nothing released
             return RoundNotes(releases=tuple(releases), events=(f"HDC-FL round {round_index}: no head sketch yet, no groups",))
         width = int(next(iter(state.sketches.values())).shape[0])

@@ -51,12 +51,18 @@ def noise_stream(seed: int, round_index: int, slot: int) -> np.random.Generator:
 
 def clipped_update(start: ModelParams, trained: ModelParams, clip: float, with_head: bool) -> tuple[ModelParams, float]:
     """trained - start over the encoder (and the head when it is shared), clipped to L2 norm
-    `clip` over their concatenation, and the norm before clipping."""
+    `clip` over their concatenation, and the norm before clipping; a non-finite update (its
+    training diverged) is sent as zeros, with norm infinity."""
     parts = [np.asarray(trained.encoder, np.float32) - np.asarray(start.encoder, np.float32)]
     if with_head:
         if trained.head is None or start.head is None:
             raise ValueError("a shared head's update needs a head in both models")
         parts.append(np.asarray(trained.head, np.float32) - np.asarray(start.head, np.float32))
+    if not all(np.isfinite(part).all() for part in parts):
+        # training diverged (a NaN or infinite weight): the client adds nothing to the sum, as
+        # a client left out would, and counts as outside the clip; the noise is released alike
+        zeros = [np.zeros_like(part, dtype=np.float32) for part in parts]
+        return ModelParams(encoder=zeros[0], head=zeros[1] if with_head else None), math.inf
     clipped, norm = clip_parts(parts, clip)
     return ModelParams(encoder=clipped[0], head=clipped[1] if with_head else None), norm
 
