@@ -16,7 +16,7 @@ import numpy as np
 from hdcfl_ray.maths.aggregate import LazyColumn, weighted_average
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults, PrivateHead
-from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_mean
+from hdcfl_ray.algorithms.private_updates import ClipState, clipped_update, next_round_clip, private_upload, released_encoder
 from hdcfl_ray.contract import (
     ClientContext,
     ClientTask,
@@ -132,9 +132,7 @@ class FedAvgSE(AlgorithmDefaults):
     ) -> None:
         """Under privacy: the global encoder steps with the noised mean of the clipped encoder
         updates (released even when no client took part); the heads never left the clients."""
-        start = ModelParams(encoder=state.global_encoder)
-        mean_update = released_mean(privacy, clip.clip, uploads, start, with_head=False, seed=self.seed, round_index=round_index)
-        averaged = (np.asarray(state.global_encoder, np.float64) + mean_update.encoder).astype(np.float32)
+        averaged = released_encoder(privacy, clip.clip, uploads, state.global_encoder, self.seed, round_index)
         state.global_encoder = server_step(self.server_optimizer, state.server_moments, "global/encoder", state.global_encoder, averaged)
         clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
 

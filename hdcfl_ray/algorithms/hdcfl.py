@@ -98,10 +98,18 @@ class HDCFLState(SharedEncoderState):
 SKETCH = "head_sketch"  # Upload.values key of a client's head sketch under privacy (refresh rounds)
 
 
+def refreshes_at(round_index: int, activation_round: int, refresh_every: int, rounds: int) -> bool:
+    """Whether a run of `rounds` rounds refreshes at `round_index`: from the activation round
+    every `refresh_every` rounds, and at the last round."""
+    if round_index < activation_round:
+        return False
+    return (round_index - activation_round) % refresh_every == 0 or round_index == rounds
+
+
 def refresh_rounds(params: HDCFLParams, rounds: int) -> list[int]:
     """The refresh rounds of a run of `rounds` rounds (HDCFL.is_refresh_round's schedule)."""
     activation = params.activation_round or default_activation_round(rounds)
-    return [r for r in range(1, rounds + 1) if r >= activation and ((r - activation) % params.refresh_every == 0 or r == rounds)]
+    return [r for r in range(1, rounds + 1) if refreshes_at(r, activation, params.refresh_every, rounds)]
 
 
 class HDCFL(FedAvgSE):
@@ -131,9 +139,7 @@ class HDCFL(FedAvgSE):
         self.activation_round = params.activation_round or default_activation_round(rounds)
 
     def is_refresh_round(self, round_index: int) -> bool:
-        if round_index < self.activation_round:
-            return False
-        return (round_index - self.activation_round) % self.params.refresh_every == 0 or round_index == self.rounds
+        return refreshes_at(round_index, self.activation_round, self.params.refresh_every, self.rounds)
 
     def refresh_index(self, round_index: int) -> int:
         """How many refreshes came before this round (derived, so a resumed run agrees)."""
