@@ -17,7 +17,7 @@ from pydantic import Field
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.algorithms.newcomer_training import newcomer_head
-from hdcfl_ray.algorithms.private_updates import SLOT_DESCRIPTORS, SLOT_GROUPS, noise_stream, released_group_means, value_multiplier
+from hdcfl_ray.algorithms.private_updates import SLOT_DESCRIPTORS, SLOT_GROUPS, noise_stream, released_group_means
 from hdcfl_ray.algorithms.shared_encoder_scores import hdcfl_evaluation
 from hdcfl_ray.contract import (
     AutoKnob,
@@ -195,7 +195,7 @@ class HDCFL(FedAvgSE):
             points,
             centres,
             LLOYD_STEPS_PER_REFRESH,
-            value_multiplier(privacy),
+            privacy.update_noise_multiplier,
             privacy.noise_cohort_factor,
             privacy.min_group_size,
             [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * (step + 1)) for step in range(LLOYD_STEPS_PER_REFRESH)],

@@ -97,12 +97,6 @@ def _template(model: ModelParams, with_head: bool) -> ModelParams:
     return ModelParams(encoder=model.encoder, head=model.head if with_head else None)
 
 
-def value_multiplier(privacy: ResolvedPrivacy) -> float:
-    """The multiplier of the model release: z, less what adaptive clipping's count release
-    takes of it (Andrew et al., Theorem 1), so both together are one mechanism of z."""
-    return privacy.noise_multiplier if privacy.adaptive_clip is None else privacy.adaptive_clip.update_noise_multiplier
-
-
 def released_mean(
     privacy: ResolvedPrivacy, clip: float, uploads: Sequence[Upload], current: ModelParams, with_head: bool, seed: int, round_index: int
 ) -> ModelParams:
@@ -114,7 +108,7 @@ def released_mean(
     mean = private_mean(
         vectors,
         clip,
-        value_multiplier(privacy),
+        privacy.update_noise_multiplier,
         privacy.expected_cohort,
         noise_stream(seed, round_index, SLOT_MEAN),
         size=size,
@@ -223,7 +217,7 @@ def _group_release(
     coordinate from the release's stream, in group order; the mean where the noised count
     reaches the minimum group size."""
     size = int(np.size(_flat(template)))
-    std = value_multiplier(privacy) * clip * math.sqrt(2.0) * privacy.noise_cohort_factor
+    std = privacy.update_noise_multiplier * clip * math.sqrt(2.0) * privacy.noise_cohort_factor  # [update, C]: bound C sqrt(2)
     rng = noise_stream(seed, round_index, slot)
     means: list[ModelParams | None] = []
     counts: list[float] = []

@@ -152,12 +152,17 @@ class ResolvedPrivacy:
         with a noise cohort (its mean then has the noise of a cohort of that size), else 1."""
         return 1.0 if self.noise_cohort_size is None else self.expected_cohort / self.noise_cohort_size
 
+    @property
+    def update_noise_multiplier(self) -> float:
+        """The multiplier of an update's release: z, or with adaptive clipping the update's
+        share of it (Andrew et al.), so that the update and the count are one mechanism of z."""
+        return self.noise_multiplier if self.adaptive_clip is None else self.adaptive_clip.update_noise_multiplier
+
     def sum_noise_std(self, clip: float | None = None) -> float:
-        """The std of the Gaussian noise on a round's sum of clipped updates: z (with adaptive
-        clipping, the update's share of it) times `clip` (default the configured C; with
-        adaptive clipping, the round's current clip) times `noise_cohort_factor`."""
-        multiplier = self.noise_multiplier if self.adaptive_clip is None else self.adaptive_clip.update_noise_multiplier
-        return multiplier * (self.clip if clip is None else clip) * self.noise_cohort_factor
+        """The std of the Gaussian noise on a round's sum of clipped updates: the update's
+        multiplier times `clip` (default the configured C; with adaptive clipping, the
+        round's current clip) times `noise_cohort_factor`."""
+        return self.update_noise_multiplier * (self.clip if clip is None else clip) * self.noise_cohort_factor
 
     def release(self, noise_scale: float = 1.0, steps: int = 1) -> Release:
         """The release a method reports (RoundNotes.releases) for `steps` noised sums at
