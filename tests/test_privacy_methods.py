@@ -83,7 +83,7 @@ def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp
         if "importance" in upload.values:
             assert np.sum(upload.values["importance"]) == pytest.approx(1.0) and len(upload.values["importance"]) == 2
         if "head_sketch" in upload.values:
-            assert np.linalg.norm(upload.values["head_sketch"]) == pytest.approx(1.0, abs=1e-6)
+            assert 0.0 < np.linalg.norm(upload.values["head_sketch"]) <= 1.0 + 1e-9  # a projection of the unit head
     if method == "hdcfl":
         assert any("head_sketch" in upload.values for upload in seen)
     if method == "fedsoft":
@@ -118,7 +118,7 @@ def test_a_private_run_resumes_to_the_uninterrupted_runs_bits(method: str, tmp_p
     resume_after_a_stop(scenario, tmp_path, stop_after=2)
 
 
-def test_hdcfl_under_privacy_logs_its_groups_and_spends_five_releases_at_a_refresh(tmp_path) -> None:
+def test_hdcfl_under_privacy_logs_its_groups_and_spends_six_releases_at_a_refresh(tmp_path) -> None:
     from hdcfl_ray.logs.table_writer import read_table
     from hdcfl_ray.privacy.accountant import epsilon
 
@@ -130,8 +130,8 @@ def test_hdcfl_under_privacy_logs_its_groups_and_spends_five_releases_at_a_refre
     assert {row["round"] for row in refresh} == {2, 3}  # activation_round 2, refresh_every 1
     q = 4 / 8  # participation 4 of the 8 clients, Poisson
     rounds = sorted(read_table(run_dir, "rounds").to_pylist(), key=lambda row: row["round"])
-    # round 1: the encoder's mean; rounds 2 and 3: the mean, three Lloyd steps on the sketches and the group sums
-    expected = [epsilon([(1.0, q, steps)], 1e-5) for steps in (1, 6, 11)]
+    # round 1: the encoder's mean; rounds 2 and 3: the encoder's mean, the mean sketch, three Lloyd steps and the group sums
+    expected = [epsilon([(1.0, q, steps)], 1e-5) for steps in (1, 7, 13)]
     assert [row["epsilon"] for row in rounds] == pytest.approx(expected, rel=1e-9)
 
 

@@ -99,13 +99,13 @@ def test_epsilon_reached_is_the_rdp_guarantee_and_infinite_without_privacy(sweep
     assert epsilon_reached(plain) == math.inf
 
 
-def test_hdcfl_spends_its_lloyd_steps_on_descriptors_at_each_refresh(sweeps: Path) -> None:
-    from hdcfl_ray.hdcfl.private_grouping import LLOYD_STEPS_PER_REFRESH as STEPS
+def test_hdcfl_spends_its_sketch_releases_on_descriptors_at_each_refresh(sweeps: Path) -> None:
+    from hdcfl_ray.hdcfl.private_grouping import SKETCH_RELEASES_PER_REFRESH as STEPS
 
     run = load_runs([sweeps / "eps2" / "hdcfl" / "seed7"])[0]
     split = release_split(run)
     assert split is not None and split.same_mechanism
-    # every round the encoder's mean; at each of the two refreshes the Lloyd steps on the sketches and the groups' sums
+    # every round the encoder's mean; at each of the two refreshes the mean sketch, the Lloyd steps and the groups' sums
     assert (split.descriptor, split.model) == (STEPS * ROUNDS, ROUNDS + ROUNDS)
     assert split.descriptor_share == pytest.approx(STEPS / (STEPS + 2))
     assert release_split(load_runs([sweeps / "nodp" / "hdcfl" / "seed7"])[0]) is None
@@ -142,7 +142,7 @@ def test_the_study_tables_every_level_with_its_verdict_against_no_dp(sweeps: Pat
     assert all(c[5] == "7, 8" for c in cells)
     verdicts = {c[8] for c in cells[:2]}  # mean accuracy's verdict of each private level against no DP
     assert verdicts <= {"ahead", "behind", "indistinguishable"}
-    from hdcfl_ray.hdcfl.private_grouping import LLOYD_STEPS_PER_REFRESH as STEPS
+    from hdcfl_ray.hdcfl.private_grouping import SKETCH_RELEASES_PER_REFRESH as STEPS
 
     share = round(100 * STEPS / (STEPS + 2))
     assert cells[0][-1].startswith(f"{STEPS * ROUNDS} / {2 * ROUNDS} ({share}%)") and cells[2][-1] == "- |"

@@ -37,7 +37,17 @@ from hdcfl_ray.contract import (
     doubled_count,
 )
 from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
-from hdcfl_ray.hdcfl.private_grouping import LLOYD_STEPS_PER_REFRESH, head_sketch, initial_centres, memberships_from_centres, private_lloyd, sketch_axes
+from hdcfl_ray.hdcfl.private_grouping import (
+    LLOYD_STEPS_PER_REFRESH,
+    SKETCH_RELEASES_PER_REFRESH,
+    centred_points,
+    head_sketch,
+    initial_centres,
+    memberships_from_centres,
+    private_lloyd,
+    released_sketch_mean,
+    sketch_axes,
+)
 from hdcfl_ray.hdcfl.refresh import kmeans_seed, refresh_summary, run_refresh
 
 
@@ -63,6 +73,12 @@ class HDCFLParams(Section):
     activation_round: int | None = Field(None, ge=1, description="first refresh round; null = 20% of the rounds (at least round 1)")
     refresh_every: int = Field(10, ge=1, description="R, rounds between refreshes (the last round always refreshes)")
     kmeans_init: int = Field(10, ge=1, description="k-means restarts")
+    sketch_width: int = Field(
+        64,
+        ge=1,
+        description="under a privacy section: the head sketch's width, the public directions each head is projected on "
+        "before the private Lloyd steps (docs/privacy.md); capped at the head's length",
+    )
     # hdcfl/encoder_store.py: memory, or a memory-mapped file for large K x encoder size
     cache: Literal["auto", "memory", "disk"] = Field("auto", description="where the server keeps the K cached encoders; auto = disk above 4 GiB")
     cache_precision: Literal["float32", "float16"] = Field("float16", description="disk cache only: storage precision")
@@ -161,18 +177,18 @@ class HDCFL(FedAvgSE):
         task = super().training_task(state, round_index, client_id)
         if self.privacy is None or not self.is_refresh_round(round_index):
             return task
-        return ClientTask(models=task.models, payload={**task.payload, "sketch_rank": self.params.rank})
+        return ClientTask(models=task.models, payload={**task.payload, "sketch_width": self.params.sketch_width})
 
     def private_values(self, task: ClientTask, trained: ModelParams) -> dict[str, Any]:
-        if "sketch_rank" not in task.payload or trained.head is None or not np.isfinite(trained.head).all():
+        if "sketch_width" not in task.payload or trained.head is None or not np.isfinite(trained.head).all():
             return {}  # a head whose training diverged sends no sketch: the client keeps its last place
-        axes = sketch_axes(self.seed, int(np.size(trained.head)), int(task.payload["sketch_rank"]))
+        axes = sketch_axes(self.seed, int(np.size(trained.head)), int(task.payload["sketch_width"]))
         return {SKETCH: head_sketch(trained.head, axes)}
 
     def _aggregate_private(self, privacy: ResolvedPrivacy, state: HDCFLState, round_index: int, uploads: list[Upload]) -> RoundNotes:
-        """Every round the global encoder's noised mean; at a refresh round also the groups'
-        centres, refined by private Lloyd steps on the sampled clients' head sketches (each
-        step one release), and each group's noised sum of this round's encoder updates with
+        """Every round the global encoder's noised mean; at a refresh round also the mean head
+        sketch (one release) and the groups' centres, refined by private Lloyd steps on the
+        sampled clients' centred sketches (each step one release), and each group's noised sum of this round's encoder updates with
         its noised count (one release), from which the prototypes come."""
         assert state.clip is not None
         start = np.array(state.global_encoder, dtype=np.float32, copy=True)
@@ -190,9 +206,10 @@ class HDCFL(FedAvgSE):
             return RoundNotes(releases=tuple(releases), events=(f"HDC-FL round {round_index}: no head sketch yet, no groups",))
         width = int(next(iter(state.sketches.values())).shape[0])
         centres = state.centres if state.centres is not None else initial_centres(self.seed, int(self.params.groups), width)
-        points = np.stack([state.sketches[u.client_id] for u in sampled]) if sampled else np.zeros((0, width))
+        raw = np.stack([state.sketches[u.client_id] for u in sampled]) if sampled else np.zeros((0, width))
+        mean = released_sketch_mean(raw, privacy.update_noise_multiplier, privacy.noise_cohort_factor, noise_stream(self.seed, round_index, SLOT_DESCRIPTORS))
         lloyd = private_lloyd(
-            points,
+            centred_points(raw, mean),
             centres,
             LLOYD_STEPS_PER_REFRESH,
             privacy.update_noise_multiplier,
@@ -201,8 +218,8 @@ class HDCFL(FedAvgSE):
             [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * (step + 1)) for step in range(LLOYD_STEPS_PER_REFRESH)],
         )
         state.centres = lloyd.centres
-        releases += [privacy.release()] * LLOYD_STEPS_PER_REFRESH
-        grouping = memberships_from_centres(state.sketches, lloyd.centres, self.params.membership, self.params.temperature)
+        releases += [privacy.release()] * SKETCH_RELEASES_PER_REFRESH
+        grouping = memberships_from_centres(state.sketches, mean, lloyd.centres, self.params.membership, self.params.temperature)
         client_ids = sorted(state.sketches)
         label_of = {k: int(grouping.labels[i]) for i, k in enumerate(client_ids)}
         members = [(label_of[u.client_id], u) for u in sampled]
@@ -360,12 +377,12 @@ METHOD = MethodSpec(
     "against the last refresh's groups, and that mixture of prototypes with the head (the global encoder before a refresh)",
     privacy=PrivacyRule(
         sends="the shared encoder's update, clipped (one noised mean a round); at a refresh round also its head sketch (its "
-        "unit head on public directions, norm 1) into the groups' noised sums and counts of three private Lloyd steps (a "
-        "release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
+        "unit head on public directions, norm at most 1) into the noised mean sketch (one release) and, centred by that mean, "
+        "into the groups' noised sums and counts of three private Lloyd steps (a release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
         kept_on_client="the head (the groups' centres come from noised sums of sketches, never from a head) and the encoder "
         "it trained (no cache)",
         planned_releases=lambda params, rounds, total: (
-            (1.0, rounds + (LLOYD_STEPS_PER_REFRESH + 1) * sum(1 for r in refresh_rounds(params, total) if r <= rounds)),
+            (1.0, rounds + (SKETCH_RELEASES_PER_REFRESH + 1) * sum(1 for r in refresh_rounds(params, total) if r <= rounds)),
         ),
     ),
 )

@@ -1,19 +1,29 @@
 """HDC-FL's grouping under a `privacy` section (docs/privacy.md): the heads stay on the
 clients, and the groups come from noised sums, never from any client's descriptor.
 
-A client's head sketch is its unit head projected on `rank` public directions (drawn from
-the run seed, the same for every client: the server reads no head to fit them, unlike the
-low-rank descriptor's PCA) and scaled to unit norm. The groups are k-means run as private
-Lloyd steps (the sums-and-counts form of DP k-means): at each step every sampled client
-takes the centre nearest its own sketch, and the server releases each group's sum of
-[sketch, 1] with Gaussian noise; a client adds a vector of norm at most sqrt(2) to one
-group, so a step is one Gaussian mechanism of multiplier z whose noise is z sqrt(2) on every
-coordinate (times the noise cohort's factor, as for the model's sums). The new centres are
-the noised sums over the noised counts; a group whose noised count is below the minimum
-group size starts again from a fresh public direction (k-means' restart of a lost centre). The centres persist from refresh to refresh, so the steps of
-all refreshes refine one k-means; the first starts from public seeded directions.
+A client's head sketch is its unit head projected on `sketch_width` public orthonormal
+directions (drawn from the run seed, the same for every client: the server reads no head to
+fit them, unlike the low-rank descriptor's PCA); its norm is at most 1. Every head shares
+a large common part (each has learnt the same classes), so, as the low-rank descriptor
+centres the heads before its PCA, the sketches are centred: at each refresh the server first
+releases the mean sketch (the sampled clients' noised sum of [sketch, 1] over its noised
+count, one release) and each client's point is its sketch minus that mean, scaled to unit
+norm. Measured on the saved heads of a CIFAR-10 rotation run (docs/privacy-study.md),
+uncentred sketches of 8 coordinates leave k-means on them at an ARI of 0.2-0.5 where the
+heads themselves give 1.0; centred sketches of 64 coordinates give 1.0.
 
-A client's memberships are its softmax over the squared distances from its own sketch to
+The groups are k-means run as private Lloyd steps (the sums-and-counts form of DP k-means)
+on those points: at each step every sampled client takes the centre nearest its own point,
+and the server releases each group's sum of [point, 1] with Gaussian noise; a client adds a
+vector of norm at most sqrt(2) to one group, so a step is one Gaussian mechanism of
+multiplier z whose noise is z sqrt(2) on every coordinate (times the noise cohort's factor,
+as for the model's sums); the mean's release is the same mechanism. The new centres are the
+noised sums over the noised counts; a group whose noised count is below the minimum group
+size starts again from a fresh public direction (k-means' restart of a lost centre). The
+centres persist from refresh to refresh, so the steps of all refreshes refine one k-means;
+the first starts from public seeded directions.
+
+A client's memberships are its softmax over the squared distances from its own point to
 the released centres, at a temperature measured between the centres (`between`): they
 depend on the client's own data and on released values only.
 """
@@ -34,6 +44,8 @@ from hdcfl_ray.privacy.gaussian_sum import noised_sum
 
 # Lloyd steps a refresh round runs: each one release the accountant counts
 LLOYD_STEPS_PER_REFRESH = 3
+# a refresh's releases on the sketches: the mean sketch, then the Lloyd steps
+SKETCH_RELEASES_PER_REFRESH = 1 + LLOYD_STEPS_PER_REFRESH
 
 
 @lru_cache(maxsize=4)
@@ -48,9 +60,24 @@ def sketch_axes(seed: int, head_length: int, rank: int) -> np.ndarray:
 
 
 def head_sketch(head: np.ndarray, axes: np.ndarray) -> np.ndarray:
-    """unit(axes^T unit(head)), float64: norm 1 (0 for a zero head or one orthogonal to every axis)."""
+    """axes^T unit(head), float64: norm at most 1 (the axes are orthonormal; 0 for a zero head)."""
     unit_head = unit_normalise(np.asarray(head, dtype=np.float64)[None, :])[0]
-    return unit_normalise((unit_head @ axes)[None, :])[0]
+    return unit_head @ axes
+
+
+def released_sketch_mean(sketches: np.ndarray, noise_multiplier: float, noise_factor: float, rng: np.random.Generator) -> np.ndarray:
+    """The sampled clients' mean sketch as one Gaussian release: the noised sum of [sketch, 1]
+    (each of norm at most sqrt(2)) over its noised count, std `noise_multiplier` * sqrt(2) *
+    `noise_factor` on every coordinate; zeros when the noised count is below 1."""
+    width = int(sketches.shape[1])
+    std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
+    total = noised_sum([np.concatenate([row, [1.0]]) for row in sketches], std, rng, size=width + 1).astype(np.float64)
+    return total[:-1] / total[-1] if total[-1] >= 1.0 else np.zeros(width)
+
+
+def centred_points(sketches: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """unit(sketch - mean) per row: what a client groups itself by, given the released mean."""
+    return unit_normalise(np.asarray(sketches, dtype=np.float64) - np.asarray(mean, dtype=np.float64)[None, :])
 
 
 def initial_centres(seed: int, groups: int, width: int) -> np.ndarray:
@@ -81,7 +108,7 @@ def private_lloyd(
     min_group_size: int,
     rngs: list[np.random.Generator],
 ) -> LloydRelease:
-    """`steps` private Lloyd steps from `centres` on the sampled clients' `sketches` (rows of
+    """`steps` private Lloyd steps from `centres` on the sampled clients' points `sketches` (rows of
     norm at most 1): each step one Gaussian release of the groups' [sum of sketches, count]
     with std `noise_multiplier` * sqrt(2) * `noise_factor`, drawn from its own generator."""
     current = np.asarray(centres, dtype=np.float64).copy()
@@ -111,11 +138,14 @@ class PrivateGrouping:
     silhouette: float
 
 
-def memberships_from_centres(sketches: Mapping[int, np.ndarray], centres: np.ndarray, membership: str, temperature: float) -> PrivateGrouping:
-    """Each client's group and memberships from its own sketch and the released centres;
-    soft rows at T = temperature x the mean squared distance between the centres."""
+def memberships_from_centres(
+    sketches: Mapping[int, np.ndarray], mean: np.ndarray, centres: np.ndarray, membership: str, temperature: float
+) -> PrivateGrouping:
+    """Each client's group and memberships from its own sketch, the released mean sketch and
+    the released centres; soft rows at T = temperature x the mean squared distance between
+    the centres."""
     client_ids = sorted(sketches)
-    points = np.stack([sketches[k] for k in client_ids])
+    points = centred_points(np.stack([sketches[k] for k in client_ids]), mean)
     labels = nearest_centre(points, centres)
     groups = int(centres.shape[0])
     if membership == "soft" and groups >= 2:
