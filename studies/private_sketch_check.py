@@ -8,9 +8,10 @@ of the groups found by:
 - k-means (10 restarts) on the heads' low-rank descriptors: what HDC-FL groups by without privacy;
 - k-means (10 restarts) on 8-coordinate head sketches, uncentred: the private grouping's first design;
 - k-means (10 restarts) on 64-coordinate sketches centred by their mean: the current design's points;
-- the private Lloyd steps themselves on those points without noise, three a refresh from the
-  seeded public start, over the run's refreshes, as a private run makes them: what the
-  mechanism loses to Lloyd's iteration alone.
+- the releases themselves without noise, over the run's refreshes from the seeded public start
+  as a private run makes them: Lloyd steps alone on the centred points, and the method's
+  releases (the mean, the seeding bins, the Lloyd steps): what each loses to the iteration
+  before any noise.
 
 Each sketch column is the mean over five public sketch seeds (the run seed and four others).
 
@@ -31,11 +32,13 @@ from sklearn.metrics import adjusted_rand_score
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, unit_normalise
 from hdcfl_ray.hdcfl.private_grouping import (
     LLOYD_STEPS_PER_REFRESH,
+    SKETCH_RELEASES_PER_REFRESH,
     centred_points,
     head_sketch,
     initial_centres,
     memberships_from_centres,
     private_lloyd,
+    released_grouping,
     released_sketch_mean,
     sketch_axes,
 )
@@ -62,16 +65,21 @@ def sketches(heads: np.ndarray, seed: int, width: int) -> np.ndarray:
     return np.stack([head_sketch(head, axes) for head in heads])
 
 
-def lloyd_ari(caches: list[SavedRefresh], truth_of: dict[int, int], seed: int, groups: int, width: int) -> float:
-    """The noiseless private Lloyd steps over every refresh, from the public start."""
+def mechanism_ari(caches: list[SavedRefresh], truth_of: dict[int, int], seed: int, groups: int, width: int, seeding: bool) -> float:
+    """The releases of every refresh without noise, from the public start: the method's
+    (`seeding`: mean, seeding bins, Lloyd steps) or Lloyd steps alone on the centred points."""
     centres, labels, truth = None, np.zeros(0), np.zeros(0)
     for cache in caches:
         raw = sketches(cache.heads.astype(np.float64), seed, width)
-        mean_sketch = released_sketch_mean(raw, 0.0, 1.0, np.random.default_rng(0))
         if centres is None:
             centres = initial_centres(seed, groups, raw.shape[1])
-        rngs = [np.random.default_rng([seed, cache.round_index, step]) for step in range(LLOYD_STEPS_PER_REFRESH)]
-        centres = private_lloyd(centred_points(raw, mean_sketch), centres, LLOYD_STEPS_PER_REFRESH, 0.0, 1.0, 1, rngs).centres
+        rngs = [np.random.default_rng([seed, cache.round_index, step]) for step in range(SKETCH_RELEASES_PER_REFRESH)]
+        if seeding:
+            release = released_grouping(raw, centres, 0.0, 1.0, 1, seed + cache.round_index, rngs)
+            mean_sketch, centres = release.mean, release.centres
+        else:
+            mean_sketch = released_sketch_mean(raw, 0.0, 1.0, rngs[0])
+            centres = private_lloyd(centred_points(raw, mean_sketch), centres, len(rngs) - 1, 0.0, 1.0, 1, rngs[1:]).centres
         grouping = memberships_from_centres(dict(enumerate(raw)), mean_sketch, centres, "hard", 1.0)
         labels, truth = grouping.labels, np.array([truth_of[int(k)] for k in cache.client_ids])
     return float(adjusted_rand_score(truth, labels))
@@ -87,8 +95,9 @@ def run_row(run_dir: Path, groups: int, seed: int) -> list[str]:
     descriptor = kmeans_ari(lowrank_descriptors(heads, 8).vectors, truth, groups)
     narrow = mean(kmeans_ari(unit_normalise(sketches(heads, s, 8)), truth, groups) for s in seeds)
     wide = mean(kmeans_ari(centred_points(sketches(heads, s, 64), sketches(heads, s, 64).mean(axis=0)), truth, groups) for s in seeds)
-    lloyd = mean(lloyd_ari(caches, truth_of, s, groups, 64) for s in seeds)
-    return [run_dir.name, str(seed), str(last.round_index), str(len(truth)), *(f"{100 * v:.0f}" for v in (descriptor, narrow, wide, lloyd))]
+    lloyd = mean(mechanism_ari(caches, truth_of, s, groups, 64, seeding=False) for s in seeds)
+    released = mean(mechanism_ari(caches, truth_of, s, groups, 64, seeding=True) for s in seeds)
+    return [run_dir.name, str(seed), str(last.round_index), str(len(truth)), *(f"{100 * v:.0f}" for v in (descriptor, narrow, wide, lloyd, released))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,15 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     for record in sorted(records, key=lambda r: (r.setting, r.seed)):
         groups = int(record.scenario["algorithm"]["hdcfl"]["groups"])
         rows.append([record.setting, *run_row(record.run_dir, groups, int(record.seed))])
-    header = ["Setting", "Run", "Seed", "Refresh", "Clients", "Descriptor k-means", "Sketch 8, uncentred", "Sketch 64, centred", "Private Lloyd, no noise"]
+    header = ["Setting", "Run", "Seed", "Refresh", "Clients", "Descriptor k-means", "Sketch 8, uncentred", "Sketch 64, centred", "Lloyd steps alone, no noise", "Released grouping, no noise"]
     lines = [
         "# HDC-FL's private grouping before noise: the groups its sketches carry",
         "",
         "Generated by `python -m studies.private_sketch_check " + " ".join(str(p) for p in args.runs) + f" --out {args.out}`.",
         "",
         "ARI x100 against the planted groups at each run's last refresh (k-means with 10 restarts; sketch columns: mean over "
-        f"{SKETCH_SEEDS} public sketch seeds, the run seed and the next four). The private Lloyd column runs the mechanism "
-        f"without noise: {LLOYD_STEPS_PER_REFRESH} steps a refresh over the run's refreshes from the seeded public start.",
+        f"{SKETCH_SEEDS} public sketch seeds, the run seed and the next four). The last two columns run releases without noise "
+        f"over the run's refreshes from the seeded public start, {SKETCH_RELEASES_PER_REFRESH} a refresh: the mean sketch, then "
+        f"Lloyd steps alone, or (the method's) the seeding bins and {LLOYD_STEPS_PER_REFRESH} Lloyd steps.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),

@@ -38,14 +38,11 @@ from hdcfl_ray.contract import (
 )
 from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
 from hdcfl_ray.hdcfl.private_grouping import (
-    LLOYD_STEPS_PER_REFRESH,
     SKETCH_RELEASES_PER_REFRESH,
-    centred_points,
     head_sketch,
     initial_centres,
     memberships_from_centres,
-    private_lloyd,
-    released_sketch_mean,
+    released_grouping,
     sketch_axes,
 )
 from hdcfl_ray.hdcfl.refresh import kmeans_seed, refresh_summary, run_refresh
@@ -207,19 +204,20 @@ class HDCFL(FedAvgSE):
         width = int(next(iter(state.sketches.values())).shape[0])
         centres = state.centres if state.centres is not None else initial_centres(self.seed, int(self.params.groups), width)
         raw = np.stack([state.sketches[u.client_id] for u in sampled]) if sampled else np.zeros((0, width))
-        mean = released_sketch_mean(raw, privacy.update_noise_multiplier, privacy.noise_cohort_factor, noise_stream(self.seed, round_index, SLOT_DESCRIPTORS))
-        lloyd = private_lloyd(
-            centred_points(raw, mean),
+        release_of_sketches = released_grouping(
+            raw,
             centres,
-            LLOYD_STEPS_PER_REFRESH,
             privacy.update_noise_multiplier,
             privacy.noise_cohort_factor,
             privacy.min_group_size,
-            [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * (step + 1)) for step in range(LLOYD_STEPS_PER_REFRESH)],
+            self.seed + round_index,
+            [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * release) for release in range(SKETCH_RELEASES_PER_REFRESH)],
         )
-        state.centres = lloyd.centres
+        state.centres = release_of_sketches.centres
         releases += [privacy.release()] * SKETCH_RELEASES_PER_REFRESH
-        grouping = memberships_from_centres(state.sketches, mean, lloyd.centres, self.params.membership, self.params.temperature)
+        grouping = memberships_from_centres(
+            state.sketches, release_of_sketches.mean, release_of_sketches.centres, self.params.membership, self.params.temperature
+        )
         client_ids = sorted(state.sketches)
         label_of = {k: int(grouping.labels[i]) for i, k in enumerate(client_ids)}
         members = [(label_of[u.client_id], u) for u in sampled]
@@ -237,7 +235,7 @@ class HDCFL(FedAvgSE):
             silhouette=float(grouping.silhouette),
             effective_rank=width,
             num_groups=grouping.num_groups,
-            descriptor_kind="head sketches, private Lloyd steps",
+            descriptor_kind="centred head sketches, private seeding and Lloyd steps",
         )
         state.personalisation = Personalisation(
             prototypes=prototypes,
@@ -378,7 +376,7 @@ METHOD = MethodSpec(
     privacy=PrivacyRule(
         sends="the shared encoder's update, clipped (one noised mean a round); at a refresh round also its head sketch (its "
         "unit head on public directions, norm at most 1) into the noised mean sketch (one release) and, centred by that mean, "
-        "into the groups' noised sums and counts of three private Lloyd steps (a release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
+        "into the noised sums and counts of the seeding bins and of two private Lloyd steps (a release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
         kept_on_client="the head (the groups' centres come from noised sums of sketches, never from a head) and the encoder "
         "it trained (no cache)",
         planned_releases=lambda params, rounds, total: (

@@ -12,16 +12,25 @@ norm. Measured on the saved heads of a CIFAR-10 rotation run (docs/privacy-study
 uncentred sketches of 8 coordinates leave k-means on them at an ARI of 0.2-0.5 where the
 heads themselves give 1.0; centred sketches of 64 coordinates give 1.0.
 
-The groups are k-means run as private Lloyd steps (the sums-and-counts form of DP k-means)
-on those points: at each step every sampled client takes the centre nearest its own point,
-and the server releases each group's sum of [point, 1] with Gaussian noise; a client adds a
-vector of norm at most sqrt(2) to one group, so a step is one Gaussian mechanism of
-multiplier z whose noise is z sqrt(2) on every coordinate (times the noise cohort's factor,
-as for the model's sums); the mean's release is the same mechanism. The new centres are the
-noised sums over the noised counts; a group whose noised count is below the minimum group
-size starts again from a fresh public direction (k-means' restart of a lost centre). The
-centres persist from refresh to refresh, so the steps of all refreshes refine one k-means;
-the first starts from public seeded directions.
+The groups are k-means on those points, made of releases of the sums-and-counts form (DP
+k-means): in each, every sampled client adds [point, 1] to one bin, a vector of norm at
+most sqrt(2), and the server releases every bin's sum with Gaussian noise, one Gaussian
+mechanism of multiplier z whose noise is z sqrt(2) on every coordinate (times the noise
+cohort's factor, as for the model's sums); the mean's release is the same mechanism.
+
+- Seeding (one release): the bins are the 2w public signed axes (+e_i and -e_i of the
+  sketch's w coordinates), each client in the axis nearest its point; the server runs
+  k-means with restarts on the released bins' means, weighted by their noised counts (post-
+  processing: no release), for the G starting centres. Lloyd's iteration from a fixed start
+  stops in local optima (two groups merged, one split) that restarts would escape, and
+  restarts on the clients' points would cost a release each; the bins give the server a
+  noised summary of the points to restart on for free.
+- Lloyd steps (`LLOYD_STEPS_PER_REFRESH` releases): the bins are the current centres, each
+  client in the nearest; the new centres are the noised sums over the noised counts. A group
+  whose noised count is below the minimum group size keeps its centre.
+
+Where too few bins survive the noise for G centres, the seeding falls back on the last
+refresh's centres (the first refresh's: public seeded directions).
 
 A client's memberships are its softmax over the squared distances from its own point to
 the released centres, at a temperature measured between the centres (`between`): they
@@ -42,10 +51,12 @@ from hdcfl_ray.hdcfl.descriptors import unit_normalise
 from hdcfl_ray.hdcfl.membership import hard_memberships, memberships_at
 from hdcfl_ray.privacy.gaussian_sum import noised_sum
 
-# Lloyd steps a refresh round runs: each one release the accountant counts
-LLOYD_STEPS_PER_REFRESH = 3
-# a refresh's releases on the sketches: the mean sketch, then the Lloyd steps
-SKETCH_RELEASES_PER_REFRESH = 1 + LLOYD_STEPS_PER_REFRESH
+# Lloyd steps a refresh round runs after its seeding: each one release the accountant counts
+LLOYD_STEPS_PER_REFRESH = 2
+# a refresh's releases on the sketches: the mean sketch, the seeding bins, the Lloyd steps
+SKETCH_RELEASES_PER_REFRESH = 1 + 1 + LLOYD_STEPS_PER_REFRESH
+# k-means restarts on the released seeding bins (post-processing)
+SEEDING_RESTARTS = 10
 
 
 @lru_cache(maxsize=4)
@@ -91,6 +102,39 @@ def nearest_centre(sketches: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return np.argmin(distances, axis=1).astype(np.int64)
 
 
+def noised_bins(points: np.ndarray, labels: np.ndarray, bins: int, std: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One Gaussian release: every bin's sum of [point, 1] over the points in it, each
+    coordinate with N(0, std^2); the noised sums (bins, w) and noised counts (bins,)."""
+    width = int(points.shape[1])
+    sums, counts = np.zeros((bins, width)), np.zeros(bins)
+    for b in range(bins):
+        members = [np.concatenate([points[i], [1.0]]) for i in np.flatnonzero(labels == b)]
+        total = noised_sum(members, std, rng, size=width + 1).astype(np.float64)
+        sums[b], counts[b] = total[:-1], total[-1]
+    return sums, counts
+
+
+def seeded_centres(
+    points: np.ndarray, fallback: np.ndarray, noise_multiplier: float, noise_factor: float, min_group_size: int, seed: int, rng: np.random.Generator
+) -> np.ndarray:
+    """The G starting centres of a refresh: one release of the points binned by the public
+    signed axes, then weighted k-means with restarts on the bins' noised means; `fallback`
+    where fewer than G bins keep a noised count of at least max(1, min_group_size)."""
+    groups, width = fallback.shape
+    std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
+    axes = np.concatenate([np.eye(width), -np.eye(width)])
+    labels = nearest_centre(points, axes) if len(points) else np.zeros(0, dtype=np.int64)
+    sums, counts = noised_bins(points, labels, len(axes), std, rng)
+    kept = counts >= max(1, min_group_size)
+    if int(np.sum(kept)) < groups:
+        return np.asarray(fallback, dtype=np.float64).copy()
+    from sklearn.cluster import KMeans  # imported on use, as hdcfl/grouping.py does
+
+    means = sums[kept] / counts[kept, None]
+    kmeans = KMeans(n_clusters=groups, init="k-means++", n_init=SEEDING_RESTARTS, random_state=int(seed) % (2**32))
+    return np.asarray(kmeans.fit(means, sample_weight=counts[kept]).cluster_centers_, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class LloydRelease:
     """The centres after the released steps, and the noised counts of the last step."""
@@ -109,23 +153,49 @@ def private_lloyd(
     rngs: list[np.random.Generator],
 ) -> LloydRelease:
     """`steps` private Lloyd steps from `centres` on the sampled clients' points `sketches` (rows of
-    norm at most 1): each step one Gaussian release of the groups' [sum of sketches, count]
-    with std `noise_multiplier` * sqrt(2) * `noise_factor`, drawn from its own generator."""
+    norm at most 1): each step one Gaussian release of the groups' [sum of points, count]
+    with std `noise_multiplier` * sqrt(2) * `noise_factor`, drawn from its own generator; a
+    group whose noised count is below max(1, `min_group_size`) keeps its centre."""
     current = np.asarray(centres, dtype=np.float64).copy()
-    groups, width = current.shape
+    groups = current.shape[0]
     std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
     counts = np.zeros(groups)
     for step in range(steps):
         labels = nearest_centre(sketches, current) if len(sketches) else np.zeros(0, dtype=np.int64)
-        for group in range(groups):
-            members = [np.concatenate([sketches[i], [1.0]]) for i in np.flatnonzero(labels == group)]
-            total = noised_sum(members, std, rngs[step], size=width + 1).astype(np.float64)
-            counts[group] = total[-1]
-            if total[-1] >= max(1, min_group_size):
-                current[group] = total[:-1] / total[-1]
-            else:  # an empty group starts again from a fresh public direction, as k-means restarts a lost centre
-                current[group] = unit_normalise(rngs[step].standard_normal((1, width)))[0]
+        sums, counts = noised_bins(sketches, labels, groups, std, rngs[step])
+        kept = counts >= max(1, min_group_size)
+        current[kept] = sums[kept] / counts[kept, None]
     return LloydRelease(centres=current, counts=counts)
+
+
+@dataclass(frozen=True)
+class SketchRelease:
+    """What a refresh releases of the sketches: their mean and the groups' centres."""
+
+    mean: np.ndarray  # (w,)
+    centres: np.ndarray  # (G, w)
+    counts: np.ndarray  # (G,) noised counts of the last Lloyd step
+
+
+def released_grouping(
+    sketches: np.ndarray,
+    previous: np.ndarray,
+    noise_multiplier: float,
+    noise_factor: float,
+    min_group_size: int,
+    kmeans_seed: int,
+    rngs: list[np.random.Generator],
+) -> SketchRelease:
+    """A refresh's `SKETCH_RELEASES_PER_REFRESH` releases on the sampled clients' raw
+    `sketches`, one generator each in `rngs`: the mean sketch, the seeding bins from which
+    the starting centres come (`previous` where too few bins survive), the Lloyd steps."""
+    if len(rngs) != SKETCH_RELEASES_PER_REFRESH:
+        raise ValueError(f"rngs: {len(rngs)} generators for {SKETCH_RELEASES_PER_REFRESH} releases")
+    mean = released_sketch_mean(sketches, noise_multiplier, noise_factor, rngs[0])
+    points = centred_points(sketches, mean)
+    start = seeded_centres(points, previous, noise_multiplier, noise_factor, min_group_size, kmeans_seed, rngs[1])
+    lloyd = private_lloyd(points, start, LLOYD_STEPS_PER_REFRESH, noise_multiplier, noise_factor, min_group_size, rngs[2:])
+    return SketchRelease(mean=mean, centres=lloyd.centres, counts=lloyd.counts)
 
 
 @dataclass(frozen=True)
