@@ -126,7 +126,7 @@ def test_a_server_lr_scales_the_step_and_statistics_are_averaged_as_fedavg_does(
     for k, y in enumerate(ys):
         uploaded = statistics_prescaled(x, y, masks, 2.0)
         zero = ModelParams(np.zeros_like(x.encoder), np.zeros_like(x.head))
-        uploads.append(SimpleNamespace(client_id=k, num_samples=10 * (k + 1), models={"model": uploaded, CONTROL: zero}))
+        uploads.append(SimpleNamespace(client_id=k, num_samples=10 * (k + 1), train_loss=1.0, models={"model": uploaded, CONTROL: zero}))
     method.aggregate(state, 1, uploads)  # type: ignore[arg-type]
     mean = (10 * ys[0].encoder.astype(np.float64) + 20 * ys[1].encoder) / 30
     expected = np.where(masks[0], x.encoder + 2.0 * (mean - x.encoder), mean)
@@ -185,3 +185,18 @@ def test_a_stopped_run_resumes_to_the_bits_of_the_uninterrupted_run(tmp_path: Pa
         )
     )
     resume_after_a_stop(scenario, tmp_path)  # checkpoint at round 2: c and every c_k saved
+
+
+def test_a_round_whose_local_objective_falls_below_zero_logs_that_it_diverges() -> None:
+    from hdcfl_ray.contract import Upload
+
+    scaffold = Scaffold(ScaffoldParams())
+    initial = ModelParams(encoder=np.zeros(3, np.float32), head=np.zeros(2, np.float32))
+    state = scaffold.init_server(initial, [], num_clients=2)
+
+    def upload(client_id: int, loss: float) -> Upload:
+        return Upload(client_id, 10, loss, 5, models={"model": initial, CONTROL: initial})
+
+    assert scaffold.aggregate(state, 1, [upload(0, 0.4), upload(1, 0.1)]).events == ()
+    (event,) = scaffold.aggregate(state, 2, [upload(0, 0.4), upload(1, -0.2)]).events
+    assert "round 2" in event and "below zero at 1 of 2 clients" in event and "protocol.optimizer.lr" in event

@@ -126,7 +126,7 @@ class Scaffold(FedAvg):
         mean_delta = weighted_average_model(ordered, lambda u: u.models[CONTROL], [1.0] * len(ordered))
         assert state.control is not None
         state.control = _add_scaled(state.control, mean_delta, len(ordered) / state.num_clients)
-        return RoundNotes()
+        return RoundNotes(events=_diverging(round_index, ordered))
 
     def local_update(self, ctx: ClientContext, state: ScaffoldClient, task: ClientTask, objects: Mapping[str, Any]) -> tuple[Upload, ScaffoldClient]:  # type: ignore[override]
         start: ModelParams = objects["global"]
@@ -151,6 +151,20 @@ class Scaffold(FedAvg):
             models={"model": statistics_prescaled(start, trained, masks, self.params.server_lr), CONTROL: difference(new_own, own)},
         )
         return upload, ScaffoldClient(control=new_own)
+
+
+def _diverging(round_index: int, uploads: list[Upload]) -> tuple[str, ...]:
+    """An event for a round where some client's local objective CE + <c - c_k, w - x> fell
+    below zero: the correction outweighs the loss, the start of a divergence."""
+    negative = [u.client_id for u in uploads if u.train_loss < 0.0]
+    if not negative:
+        return ()
+    return (
+        f"SCAFFOLD round {round_index}: the local objective (cross-entropy plus the correction's linear term) is below zero "
+        f"at {len(negative)} of {len(uploads)} clients: the control variates outweigh the loss and the model is diverging; "
+        "shorten the local steps' reach (a smaller protocol.optimizer.lr or momentum, fewer protocol.local_epochs) "
+        "or set algorithm.scaffold.server_lr below 1 (docs/baselines.md, SCAFFOLD)",
+    )
 
 
 def _add_scaled(a: ModelParams, b: ModelParams, scale: float) -> ModelParams:
