@@ -68,9 +68,13 @@ def epsilon(releases: Sequence[Release], delta: float, accountant: Accountant = 
     tracker = accountants.RDPAccountant() if accountant == "rdp" else accountants.PRVAccountant()
     tracker.history = history  # a fresh accountant per call: no result depends on an earlier one
     # PRV's sampled mechanism takes log(1 - q), -inf at q = 1 (no sampling), where numpy
-    # warns though the result is right: the warnings would reach every run's terminal
+    # warns though the result is right: the warnings would reach every run's terminal.
+    # Opacus also warns when the best order is the first or last one tried: the epsilon is
+    # still a guarantee (RDP bounds hold at every order; an order past the range could only
+    # tighten it), and target_epsilon's search tries extreme multipliers on purpose
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.filterwarnings("ignore", message="Optimal order is the", category=UserWarning)
         if accountant == "prv":
             return float(tracker.get_epsilon(delta=delta))
         # Opacus's orders and larger ones: heavy noise puts the best order past Opacus's
