@@ -115,3 +115,29 @@ def test_too_few_surviving_bins_fall_back_on_the_previous_centres() -> None:
     from hdcfl_ray.hdcfl.private_grouping import seeded_centres
 
     assert np.array_equal(seeded_centres(points, previous, 0.0, 1.0, 1, 0, np.random.default_rng(0)), previous)
+
+
+def test_the_sketch_plan_narrows_and_stops_seeding_as_the_noise_grows() -> None:
+    from hdcfl_ray.hdcfl.private_grouping import MIN_SKETCH_WIDTH, sketch_plan
+
+    noiseless = sketch_plan(64, 4, 0.0, 20)
+    assert noiseless.width == 64 and noiseless.seeding
+    assert sketch_plan(64, 4, 0.0, 20, head_length=30).width == 30
+    plans = [sketch_plan(64, 4, sigma, 20) for sigma in (0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6)]
+    widths = [plan.width for plan in plans]
+    assert widths == sorted(widths, reverse=True) and widths[0] == 64 and widths[-1] == MIN_SKETCH_WIDTH
+    seeding = [plan.seeding for plan in plans]
+    assert seeding[0] and not seeding[-1] and seeding == sorted(seeding, reverse=True)
+    # more clients per group carry more noise: a wider sketch at the same sigma
+    assert sketch_plan(64, 4, 0.2, 80).width > sketch_plan(64, 4, 0.2, 20).width
+
+
+def test_without_seeding_the_refresh_spends_the_same_releases_on_lloyd_steps() -> None:
+    heads, labels = planted_heads(3)
+    axes = sketch_axes(3, HEAD_LENGTH, 16)
+    sketches = np.stack([head_sketch(h, axes) for h in heads])
+    rngs = [np.random.default_rng(i) for i in range(SKETCH_RELEASES_PER_REFRESH)]
+    release = released_grouping(sketches, initial_centres(3, GROUPS, 16), 0.0, 1.0, 1, 0, rngs, seeding=False)
+    assert release.centres.shape == (GROUPS, 16)
+    with pytest.raises(ValueError, match="generators"):
+        released_grouping(sketches, initial_centres(3, GROUPS, 16), 0.0, 1.0, 1, 0, rngs[:-1])

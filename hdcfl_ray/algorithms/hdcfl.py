@@ -39,11 +39,13 @@ from hdcfl_ray.contract import (
 from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
 from hdcfl_ray.hdcfl.private_grouping import (
     SKETCH_RELEASES_PER_REFRESH,
+    SketchPlan,
     head_sketch,
     initial_centres,
     memberships_from_centres,
     released_grouping,
     sketch_axes,
+    sketch_plan,
 )
 from hdcfl_ray.hdcfl.refresh import kmeans_seed, refresh_summary, run_refresh
 
@@ -73,8 +75,9 @@ class HDCFLParams(Section):
     sketch_width: int = Field(
         64,
         ge=1,
-        description="under a privacy section: the head sketch's width, the public directions each head is projected on "
-        "before the private Lloyd steps (docs/privacy.md); capped at the head's length",
+        description="under a privacy section: the head sketch's largest width, the public directions each head is projected "
+        "on before the private grouping; the run uses fewer where the noise would swamp them (docs/privacy.md); capped at "
+        "the head's length",
     )
     # hdcfl/encoder_store.py: memory, or a memory-mapped file for large K x encoder size
     cache: Literal["auto", "memory", "disk"] = Field("auto", description="where the server keeps the K cached encoders; auto = disk above 4 GiB")
@@ -174,7 +177,14 @@ class HDCFL(FedAvgSE):
         task = super().training_task(state, round_index, client_id)
         if self.privacy is None or not self.is_refresh_round(round_index):
             return task
-        return ClientTask(models=task.models, payload={**task.payload, "sketch_width": self.params.sketch_width})
+        width = self._sketch_plan(self.privacy).width
+        return ClientTask(models=task.models, payload={**task.payload, "sketch_width": width})
+
+    def _sketch_plan(self, privacy: ResolvedPrivacy, head_length: int | None = None) -> SketchPlan:
+        """The width the clients sketch at and whether the refresh seeds (public values only:
+        z, the noise cohort's factor, the expected clients a round and G)."""
+        sigma = privacy.update_noise_multiplier * np.sqrt(2.0) * privacy.noise_cohort_factor
+        return sketch_plan(self.params.sketch_width, int(self.params.groups), sigma, privacy.expected_cohort, head_length)
 
     def private_values(self, task: ClientTask, trained: ModelParams) -> dict[str, Any]:
         if "sketch_width" not in task.payload or trained.head is None or not np.isfinite(trained.head).all():
@@ -212,6 +222,7 @@ class HDCFL(FedAvgSE):
             privacy.min_group_size,
             self.seed + round_index,
             [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * release) for release in range(SKETCH_RELEASES_PER_REFRESH)],
+            seeding=self._sketch_plan(privacy, head_length=width).seeding,
         )
         state.centres = release_of_sketches.centres
         releases += [privacy.release()] * SKETCH_RELEASES_PER_REFRESH

@@ -53,10 +53,34 @@ from hdcfl_ray.privacy.gaussian_sum import noised_sum
 
 # Lloyd steps a refresh round runs after its seeding: each one release the accountant counts
 LLOYD_STEPS_PER_REFRESH = 2
-# a refresh's releases on the sketches: the mean sketch, the seeding bins, the Lloyd steps
+# a refresh's releases on the sketches: the mean sketch, the seeding bins (or one more Lloyd step), the Lloyd steps
 SKETCH_RELEASES_PER_REFRESH = 1 + 1 + LLOYD_STEPS_PER_REFRESH
 # k-means restarts on the released seeding bins (post-processing)
 SEEDING_RESTARTS = 10
+# the sketch's width: noise on each coordinate of a group's sum at most this share of its expected members
+NOISE_TO_SIGNAL = 0.2
+MIN_SKETCH_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class SketchPlan:
+    """What a private run's refreshes release about the heads, chosen from public values."""
+
+    width: int
+    seeding: bool
+
+
+def sketch_plan(max_width: int, groups: int, sum_noise_std: float, expected_clients: float, head_length: int | None = None) -> SketchPlan:
+    """The sketch's width and whether the seeding runs (module docstring), for noise of std
+    `sum_noise_std` on every coordinate of a bin's sum and `expected_clients` a round; the
+    width at most `max_width` and the head's length (when known)."""
+    cap = max(1, int(max_width) if head_length is None else min(int(max_width), int(head_length)))
+    members = float(expected_clients) / max(1, int(groups))
+    if sum_noise_std <= 0.0:
+        width = cap
+    else:
+        width = min(cap, max(MIN_SKETCH_WIDTH, int((NOISE_TO_SIGNAL * members / float(sum_noise_std)) ** 2)))
+    return SketchPlan(width=width, seeding=bool(float(sum_noise_std) * np.sqrt(width + 1) <= 1.0))
 
 
 @lru_cache(maxsize=4)
@@ -185,15 +209,20 @@ def released_grouping(
     min_group_size: int,
     kmeans_seed: int,
     rngs: list[np.random.Generator],
+    seeding: bool = True,
 ) -> SketchRelease:
     """A refresh's `SKETCH_RELEASES_PER_REFRESH` releases on the sampled clients' raw
     `sketches`, one generator each in `rngs`: the mean sketch, the seeding bins from which
-    the starting centres come (`previous` where too few bins survive), the Lloyd steps."""
+    the starting centres come (`previous` where too few bins survive; without `seeding`, a
+    Lloyd step from `previous` instead), the Lloyd steps."""
     if len(rngs) != SKETCH_RELEASES_PER_REFRESH:
         raise ValueError(f"rngs: {len(rngs)} generators for {SKETCH_RELEASES_PER_REFRESH} releases")
     mean = released_sketch_mean(sketches, noise_multiplier, noise_factor, rngs[0])
     points = centred_points(sketches, mean)
-    start = seeded_centres(points, previous, noise_multiplier, noise_factor, min_group_size, kmeans_seed, rngs[1])
+    if seeding:
+        start = seeded_centres(points, previous, noise_multiplier, noise_factor, min_group_size, kmeans_seed, rngs[1])
+    else:
+        start = private_lloyd(points, previous, 1, noise_multiplier, noise_factor, min_group_size, [rngs[1]]).centres
     lloyd = private_lloyd(points, start, LLOYD_STEPS_PER_REFRESH, noise_multiplier, noise_factor, min_group_size, rngs[2:])
     return SketchRelease(mean=mean, centres=lloyd.centres, counts=lloyd.counts)
 
