@@ -27,7 +27,8 @@ cohort's factor, as for the model's sums); the mean's release is the same mechan
   noised summary of the points to restart on for free.
 - Lloyd steps (`LLOYD_STEPS_PER_REFRESH` releases): the bins are the current centres, each
   client in the nearest; the new centres are the noised sums over the noised counts. A group
-  whose noised count is below the minimum group size keeps its centre.
+  whose noised count is below the minimum group size starts again from a fresh public
+  direction (k-means' restart of a lost centre).
 
 Where too few bins survive the noise for G centres, the seeding falls back on the last
 refresh's centres (the first refresh's: public seeded directions).
@@ -60,6 +61,8 @@ SEEDING_RESTARTS = 10
 # the sketch's width: noise on each coordinate of a group's sum at most this share of its expected members
 NOISE_TO_SIGNAL = 0.2
 MIN_SKETCH_WIDTH = 8
+# the seeding runs where a single client's bin keeps its noise norm at most this multiple of its signal
+SEEDING_NOISE = 1.5
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ def sketch_plan(max_width: int, groups: int, sum_noise_std: float, expected_clie
         width = cap
     else:
         width = min(cap, max(MIN_SKETCH_WIDTH, int((NOISE_TO_SIGNAL * members / float(sum_noise_std)) ** 2)))
-    return SketchPlan(width=width, seeding=bool(float(sum_noise_std) * np.sqrt(width + 1) <= 1.0))
+    return SketchPlan(width=width, seeding=bool(float(sum_noise_std) * np.sqrt(width + 1) <= SEEDING_NOISE))
 
 
 @lru_cache(maxsize=4)
@@ -179,16 +182,20 @@ def private_lloyd(
     """`steps` private Lloyd steps from `centres` on the sampled clients' points `sketches` (rows of
     norm at most 1): each step one Gaussian release of the groups' [sum of points, count]
     with std `noise_multiplier` * sqrt(2) * `noise_factor`, drawn from its own generator; a
-    group whose noised count is below max(1, `min_group_size`) keeps its centre."""
+    group whose noised count is below max(1, `min_group_size`) restarts from a fresh public
+    direction drawn from that generator."""
     current = np.asarray(centres, dtype=np.float64).copy()
-    groups = current.shape[0]
+    groups, width = current.shape
     std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
     counts = np.zeros(groups)
     for step in range(steps):
         labels = nearest_centre(sketches, current) if len(sketches) else np.zeros(0, dtype=np.int64)
         sums, counts = noised_bins(sketches, labels, groups, std, rngs[step])
-        kept = counts >= max(1, min_group_size)
-        current[kept] = sums[kept] / counts[kept, None]
+        for group in range(groups):
+            if counts[group] >= max(1, min_group_size):
+                current[group] = sums[group] / counts[group]
+            else:  # a lost centre starts again from a fresh public direction, as k-means restarts one
+                current[group] = unit_normalise(rngs[step].standard_normal((1, width)))[0]
     return LloydRelease(centres=current, counts=counts)
 
 
