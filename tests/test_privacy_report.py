@@ -172,3 +172,23 @@ def test_the_study_sweeps_differ_from_their_no_dp_sweep_in_the_privacy_section_o
             assert outside == setting_keys(paired) and scenario.algorithm == paired.algorithm
             assert (scenario.algorithm.hdcfl.groups, scenario.algorithm.ifca.clusters, scenario.algorithm.fedsoft.centers) == (4, 4, 4)
             assert run["run_dir"].parts[-5:-3] == ("privacy", f"rot-eps{epsilon}")
+
+
+def test_the_sketch_check_scores_every_column_on_saved_heads(tmp_path: Path) -> None:
+    """studies/private_sketch_check.py on a run without privacy that saved its refresh caches:
+    one row per run, every ARI column a number in [-100, 100]."""
+    from studies.private_sketch_check import main
+
+    scenario = tiny_scenario(
+        seed=5, algorithm={"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 1, "refresh_every": 1}},
+        partition={"num_clients": 4}, protocol={"rounds": ROUNDS, "participation": 1.0},
+        runtime={"backend": "local", "num_cpus": 1}, output={"save_refresh_cache": True},
+    )  # fmt: skip
+    run_dir = tmp_path / "runs" / "hdcfl" / "seed5"
+    run_simulation(prepare_run(build_scenario(scenario)), run_dir, QuietObserver())
+    out = tmp_path / "check.md"
+    assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    (row,) = [line for line in out.read_text().splitlines() if line.startswith("| tiny |")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[2:5] == ["5", str(ROUNDS), "4"]
+    assert all(-100 <= int(value) <= 100 for value in cells[5:]) and len(cells[5:]) == 5
