@@ -6,8 +6,8 @@ run's refresh table.
 The rule, per method (docs/privacy.md, "Clustered methods under DP"):
 
 * HDC-FL: one model release every round (the global encoder's noised mean); at a refresh
-  round the descriptor releases (the private Lloyd steps on the sampled clients' head
-  sketches, one release each) and, where the refresh grouped the sketches (a row in
+  round the descriptor releases (on the sampled clients' head sketches: their mean, the
+  seeding or a Lloyd step, the Lloyd steps; one release each) and, where the refresh grouped the sketches (a row in
   refresh.parquet), one more model release (the groups' noised sums, the prototypes).
   Descriptor releases are therefore the releases left once one per round run and one per
   refresh logged are taken off.

@@ -80,12 +80,18 @@ def final_group_count(run: RunRecord) -> int | None:
 
 
 def _groups(level: Level) -> str:
-    """The groups each seed's run ends with, and a mark where every seed collapsed into one."""
+    """The groups each seed's run ends with, and a mark where every seed collapsed into one,
+    or where the groups found say nothing of the planted ones at any seed (ARI at most 0)."""
     counts = [final_group_count(run.run) for run in sorted(level.runs, key=lambda run: run.run.seed)]
     if all(count is None for count in counts):
         return "-"
     text = " / ".join("-" if count is None else str(count) for count in counts)
-    return f"{text} (collapsed: one group)" if all(count == 1 for count in counts) else text
+    if all(count == 1 for count in counts):
+        return f"{text} (collapsed: one group)"
+    aris = [run.values.get("ari_true", math.nan) for run in level.runs]
+    if aris and all(math.isfinite(ari) and ari <= 0.0 for ari in aris):
+        return f"{text} (lost: ARI at most 0 at every seed)"
+    return text
 
 
 def reference_rows(name: str, lines: list[Line]) -> list[str]:
@@ -223,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         "target: privacy.target_epsilon, from which each run chose z for its planned releases. 'diff. vs no DP per seed' is "
         f"the private run minus the run without privacy of the same seed. Verdict of the private level against no DP: {RULE}. "
         "releases: the noised releases the run composed, split by the rule of analysis/privacy_releases.py (HDC-FL: one model "
-        "release a round; at each refresh one descriptor release per private Lloyd step on the head sketches and one model "
-        "release, the groups' sums; the other methods: model releases only); where a run's releases share one z and q (every cell not marked "
+        "release a round; at each refresh the releases on the head sketches (the mean sketch, the seeding or a Lloyd step, "
+        "the Lloyd steps) as descriptors and one model release, the groups' sums; the other methods: model releases only); "
+        "groups at the final round: '(collapsed: one group)' where every seed ends with one group, '(lost: ARI at most 0 at "
+        "every seed)' where the groups found say nothing of the planted ones at any seed; where a run's releases share one z and q (every cell not marked "
         "'by count') each adds the same Renyi divergence, so the descriptor share is also the share of the RDP budget. "
         "*reference* rows: the trivial references the runs recorded (each client's own majority class, or the pooled one, "
         "scored on its test set).",
