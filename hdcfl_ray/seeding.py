@@ -40,6 +40,7 @@ STREAM_TAGS: dict[str, int] = {
     "dp-poisson": 0xD9F5,  # privacy.sampling: poisson, which clients join a synchronous round (keys: round)
     "privacy_noise": 0xD9A0,  # the Gaussian noise of a privacy release (keys: round, release slot)
     "privacy_head_sketch": 0xD95C,  # HDC-FL's public sketch directions under privacy (keys: head length, rank)
+    "privacy_seeding": 0xD95E,  # HDC-FL's k-means restarts on the released seeding bins under privacy (keys: round)
 }
 
 

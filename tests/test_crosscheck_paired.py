@@ -199,7 +199,7 @@ def test_paired_scaffold_average_is_our_server_bit_for_bit(server_lr: float, upl
     ids = [4, 0, 3, 1, 2][:uploading]  # in PFLlib's (random) upload order
     ys = {k: _random_like(x, rng, 1.0) for k in ids}
     deltas = {k: _random_like(x, rng, 0.05) for k in ids}
-    uploads = [SimpleNamespace(client_id=k, num_samples=72, models={"model": ys[k], CONTROL: deltas[k]}) for k in ids]
+    uploads = [SimpleNamespace(client_id=k, num_samples=72, train_loss=1.0, models={"model": ys[k], CONTROL: deltas[k]}) for k in ids]
     method.aggregate(state, 2, uploads)  # type: ignore[arg-type]
     new_model, new_control = side.scaffold_average(
         _pieces(x, model), control, [(k, _pieces(ys[k], model), _pieces(deltas[k], model)) for k in ids], 5, server_lr

@@ -130,7 +130,7 @@ def test_hdcfl_under_privacy_logs_its_groups_and_spends_six_releases_at_a_refres
     assert {row["round"] for row in refresh} == {2, 3}  # activation_round 2, refresh_every 1
     q = 4 / 8  # participation 4 of the 8 clients, Poisson
     rounds = sorted(read_table(run_dir, "rounds").to_pylist(), key=lambda row: row["round"])
-    # round 1: the encoder's mean; rounds 2 and 3: the encoder's mean, the mean sketch, three Lloyd steps and the group sums
+    # round 1: the encoder's mean; rounds 2 and 3: the encoder's mean, four releases on the sketches and the group sums
     expected = [epsilon([(1.0, q, steps)], 1e-5) for steps in (1, 7, 13)]
     assert [row["epsilon"] for row in rounds] == pytest.approx(expected, rel=1e-9)
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Mapping
 import numpy as np
 from pydantic import Field
 
+from hdcfl_ray import seeding
 from hdcfl_ray.algorithms.defaults import PrivateHead
 from hdcfl_ray.algorithms.fedavg_se import FedAvgSE, SharedEncoderState
 from hdcfl_ray.algorithms.newcomer_training import newcomer_head
@@ -220,7 +221,7 @@ class HDCFL(FedAvgSE):
             privacy.update_noise_multiplier,
             privacy.noise_cohort_factor,
             privacy.min_group_size,
-            self.seed + round_index,
+            seeding.int_seed(self.seed, "privacy_seeding", round_index),
             [noise_stream(self.seed, round_index, SLOT_DESCRIPTORS + 10 * release) for release in range(SKETCH_RELEASES_PER_REFRESH)],
             seeding=self._sketch_plan(privacy, head_length=width).seeding,
         )
@@ -387,7 +388,8 @@ METHOD = MethodSpec(
     privacy=PrivacyRule(
         sends="the shared encoder's update, clipped (one noised mean a round); at a refresh round also its head sketch (its "
         "unit head on public directions, norm at most 1) into the noised mean sketch (one release) and, centred by that mean, "
-        "into the noised sums and counts of the seeding bins and of two private Lloyd steps (a release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
+        "into the noised sums and counts of the seeding bins (a third Lloyd step where the noise is too large to seed) and of "
+        "two private Lloyd steps (a release each), and its encoder update into its group's noised sum with a noised count (one release), the prototypes",
         kept_on_client="the head (the groups' centres come from noised sums of sketches, never from a head) and the encoder "
         "it trained (no cache)",
         planned_releases=lambda params, rounds, total: (

@@ -8,9 +8,9 @@ a large common part (each has learnt the same classes), so, as the low-rank desc
 centres the heads before its PCA, the sketches are centred: at each refresh the server first
 releases the mean sketch (the sampled clients' noised sum of [sketch, 1] over its noised
 count, one release) and each client's point is its sketch minus that mean, scaled to unit
-norm. Measured on the saved heads of a CIFAR-10 rotation run (docs/privacy-study.md),
-uncentred sketches of 8 coordinates leave k-means on them at an ARI of 0.2-0.5 where the
-heads themselves give 1.0; centred sketches of 64 coordinates give 1.0.
+norm. On the saved heads of three CIFAR-10 rotation runs (docs/privacy-sketch-check.md),
+uncentred sketches of 8 coordinates leave k-means on them at an ARI of about 0.35 where the
+heads' descriptors give 1.0; centred sketches of 64 coordinates give 0.9-1.0.
 
 The groups are k-means on those points, made of releases of the sums-and-counts form (DP
 k-means): in each, every sampled client adds [point, 1] to one bin, a vector of norm at
@@ -32,6 +32,17 @@ cohort's factor, as for the model's sums); the mean's release is the same mechan
 
 Where too few bins survive the noise for G centres, the seeding falls back on the last
 refresh's centres (the first refresh's: public seeded directions).
+
+Noise sets the width and the seeding (`sketch_plan`, from public values only: z, the noise
+cohort's factor, the expected clients per round and G, never from a sketch). Every bin's
+sum gets noise of norm sigma sqrt(w) (sigma = z sqrt(2) x the cohort's factor), so more
+coordinates carry more of the heads' differences and more noise: the width is
+w = (NOISE_TO_SIGNAL m / sigma)^2, m = expected clients per round / G (a group's expected
+members), between MIN_SKETCH_WIDTH and `sketch_width`. The seeding's bins hold a client or
+two each, so it runs only where a single client's bin keeps its noise norm within
+SEEDING_NOISE times its own signal (sigma sqrt(w + 1) <= SEEDING_NOISE); otherwise its
+release goes to one more Lloyd step. The constants come from a grid over sigma (0.02 to
+0.85) on the saved heads of a digits and a CIFAR-10 rotation run.
 
 A client's memberships are its softmax over the squared distances from its own point to
 the released centres, at a temperature measured between the centres (`between`): they
