@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
+from hdcfl_ray import seeding as streams
 from hdcfl_ray.hdcfl.descriptors import lowrank_descriptors, unit_normalise
 from hdcfl_ray.hdcfl.private_grouping import (
     LLOYD_STEPS_PER_REFRESH,
@@ -75,7 +76,7 @@ def mechanism_ari(caches: list[SavedRefresh], truth_of: dict[int, int], seed: in
             centres = initial_centres(seed, groups, raw.shape[1])
         rngs = [np.random.default_rng([seed, cache.round_index, step]) for step in range(SKETCH_RELEASES_PER_REFRESH)]
         if seeding:
-            release = released_grouping(raw, centres, 0.0, 1.0, 1, seed + cache.round_index, rngs)
+            release = released_grouping(raw, centres, 0.0, 1.0, 1, streams.int_seed(seed, "privacy_seeding", cache.round_index), rngs)
             mean_sketch, centres = release.mean, release.centres
         else:
             mean_sketch = released_sketch_mean(raw, 0.0, 1.0, rngs[0])
