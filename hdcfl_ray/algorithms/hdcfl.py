@@ -41,6 +41,7 @@ from hdcfl_ray.hdcfl.placement import GroupGeometry, place_head
 from hdcfl_ray.hdcfl.private_grouping import (
     SKETCH_RELEASES_PER_REFRESH,
     SketchPlan,
+    bin_noise_std,
     head_sketch,
     initial_centres,
     memberships_from_centres,
@@ -184,7 +185,7 @@ class HDCFL(FedAvgSE):
     def _sketch_plan(self, privacy: ResolvedPrivacy, head_length: int | None = None) -> SketchPlan:
         """The width the clients sketch at and whether the refresh seeds (public values only:
         z, the noise cohort's factor, the expected clients a round and G)."""
-        sigma = privacy.update_noise_multiplier * np.sqrt(2.0) * privacy.noise_cohort_factor
+        sigma = bin_noise_std(privacy.update_noise_multiplier, privacy.noise_cohort_factor)
         return sketch_plan(self.params.sketch_width, int(self.params.groups), sigma, privacy.expected_cohort, head_length)
 
     def private_values(self, task: ClientTask, trained: ModelParams) -> dict[str, Any]:

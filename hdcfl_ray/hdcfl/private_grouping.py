@@ -114,14 +114,18 @@ def head_sketch(head: np.ndarray, axes: np.ndarray) -> np.ndarray:
     return unit_head @ axes
 
 
+def bin_noise_std(noise_multiplier: float, noise_factor: float) -> float:
+    """The noise on every coordinate of a bin's sum of [point, 1] (norm at most sqrt(2)):
+    `noise_multiplier` * sqrt(2) * `noise_factor` (the noise cohort's share)."""
+    return float(noise_multiplier) * float(np.sqrt(2.0)) * float(noise_factor)
+
+
 def released_sketch_mean(sketches: np.ndarray, noise_multiplier: float, noise_factor: float, rng: np.random.Generator) -> np.ndarray:
-    """The sampled clients' mean sketch as one Gaussian release: the noised sum of [sketch, 1]
-    (each of norm at most sqrt(2)) over its noised count, std `noise_multiplier` * sqrt(2) *
-    `noise_factor` on every coordinate; zeros when the noised count is below 1."""
-    width = int(sketches.shape[1])
-    std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
-    total = noised_sum([np.concatenate([row, [1.0]]) for row in sketches], std, rng, size=width + 1).astype(np.float64)
-    return total[:-1] / total[-1] if total[-1] >= 1.0 else np.zeros(width)
+    """The sampled clients' mean sketch as one Gaussian release: every sketch in one bin
+    (`noised_bins`), its noised sum over its noised count; zeros when that count is below 1."""
+    sketches = np.asarray(sketches, dtype=np.float64)
+    sums, counts = noised_bins(sketches, np.zeros(len(sketches), dtype=np.int64), 1, bin_noise_std(noise_multiplier, noise_factor), rng)
+    return sums[0] / counts[0] if counts[0] >= 1.0 else np.zeros(sketches.shape[1])
 
 
 def centred_points(sketches: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -159,7 +163,7 @@ def seeded_centres(
     signed axes, then weighted k-means with restarts on the bins' noised means; `fallback`
     where fewer than G bins keep a noised count of at least max(1, min_group_size)."""
     groups, width = fallback.shape
-    std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
+    std = bin_noise_std(noise_multiplier, noise_factor)
     axes = np.concatenate([np.eye(width), -np.eye(width)])
     labels = nearest_centre(points, axes) if len(points) else np.zeros(0, dtype=np.int64)
     sums, counts = noised_bins(points, labels, len(axes), std, rng)
@@ -197,7 +201,7 @@ def private_lloyd(
     direction drawn from that generator."""
     current = np.asarray(centres, dtype=np.float64).copy()
     groups, width = current.shape
-    std = float(noise_multiplier) * np.sqrt(2.0) * float(noise_factor)
+    std = bin_noise_std(noise_multiplier, noise_factor)
     counts = np.zeros(groups)
     for step in range(steps):
         labels = nearest_centre(sketches, current) if len(sketches) else np.zeros(0, dtype=np.int64)
@@ -239,9 +243,9 @@ def released_grouping(
     points = centred_points(sketches, mean)
     if seeding:
         start = seeded_centres(points, previous, noise_multiplier, noise_factor, min_group_size, kmeans_seed, rngs[1])
-    else:
-        start = private_lloyd(points, previous, 1, noise_multiplier, noise_factor, min_group_size, [rngs[1]]).centres
-    lloyd = private_lloyd(points, start, LLOYD_STEPS_PER_REFRESH, noise_multiplier, noise_factor, min_group_size, rngs[2:])
+        lloyd = private_lloyd(points, start, LLOYD_STEPS_PER_REFRESH, noise_multiplier, noise_factor, min_group_size, rngs[2:])
+    else:  # the seeding's release goes to one more Lloyd step
+        lloyd = private_lloyd(points, previous, 1 + LLOYD_STEPS_PER_REFRESH, noise_multiplier, noise_factor, min_group_size, rngs[1:])
     return SketchRelease(mean=mean, centres=lloyd.centres, counts=lloyd.counts)
 
 
