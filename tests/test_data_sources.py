@@ -312,3 +312,14 @@ def test_other_angles_rotate_bilinearly_with_the_same_shape() -> None:
     assert batch.shape == (2, 1, 9, 9)
     assert batch[0, 0, 4, 4].item() == pytest.approx(200 * 2 / 255 - 1, abs=1e-5)
     assert batch[0, 0, 0, 0].item() == pytest.approx(-1.0)  # corners rotate in from outside: black
+
+
+@pytest.mark.parametrize("source", ["parquet_images", "image_folder", "huggingface", "text", "leaf_json", "shakespeare_plays"])
+def test_a_missing_relative_path_names_the_folder_it_was_read_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    keys: dict[str, object] = {"text_column": "x", "target_column": "y"} if source == "text" else {}
+    with pytest.raises(ScenarioError) as refused:
+        load_dataset(DatasetConfig(name=source, path="scenarios/data/nowhere", **keys), 0)
+    message = str(refused.value)
+    assert "dataset.path: scenarios/data/nowhere does not exist" in message
+    assert str(tmp_path) in message and "absolute path" in message

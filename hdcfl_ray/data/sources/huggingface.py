@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.data_path import absent
 from hdcfl_ray.data.sources.decode import decode_images
 from hdcfl_ray.data.sources.holdout import stratified_holdout
 from hdcfl_ray.data.sources.natural_ids import encode_split_ids, file_checksums, id_holdout, named_rows
@@ -170,7 +171,7 @@ def _class_names(features: dict[str, Any], label_column: str, largest: int, wher
 def local_splits(path: Path, wanted: list[str]) -> dict[str, _Split]:
     if not path.is_dir():
         raise ScenarioError(
-            f"dataset.path: {path} is not a folder; give the folder written by save_to_disk, or a folder of "
+            f"dataset.path: {absent(path)}; give the folder written by save_to_disk, or a folder of "
             "Parquet shards (<split>-00000-of-00001.parquet, or <split>/*.parquet)"
         )
     if (path / "dataset_dict.json").is_file():

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.data_path import absent
 from hdcfl_ray.data.sources.decode import decode_images
 from hdcfl_ray.data.sources.holdout import stratified_holdout
 from hdcfl_ray.errors import ScenarioError
@@ -23,7 +24,7 @@ def load_image_folder(root: str | Path, test_fraction: float, seed: int) -> Imag
     root = Path(root)
     if not root.is_dir():
         raise ScenarioError(
-            f"dataset.path: {root} is not a folder; expected one sub-folder of images per class "
+            f"dataset.path: {absent(root)}; expected one sub-folder of images per class "
             f"(root/<class>/*.png), or root/train/<class> and root/test/<class>"
         )
     train_root, test_root = root / "train", root / "test"

