@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from statistics import mean, stdev
 from typing import Any
 
+from analysis.curve_trend import curve_rises
 from analysis.participation_split import participation_split
 from analysis.run_traffic import run_traffic
 from analysis.provenance import run_provenance
@@ -92,6 +93,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values.update(participation_split(run, int(final["round"])))
         values["evaluated_fraction"] = evaluated_fraction(final, run_trained_client_count(run))
         values.update(refresh_diagnostics(run))
+        values["late_rise"], values["total_rise"] = curve_rises(accuracy_curve(run))
         values["groups_asked"] = groups_asked(run.scenario)
         count = run_client_count(run)
         values["num_clients"] = float(count) if count is not None else math.nan
@@ -106,6 +108,15 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
             )
         )
     return records
+
+
+def accuracy_curve(run: RunRecord) -> list[tuple[int, float]]:
+    """(round, mean client accuracy) at each evaluated round of the run."""
+    return [
+        (int(row["round"]), float(row["mean_accuracy"]))
+        for row in run.rounds.to_pylist()
+        if row.get("evaluated") and row.get("mean_accuracy") is not None
+    ]
 
 
 def run_client_count(run: Any) -> int | None:

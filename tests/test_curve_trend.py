@@ -1,0 +1,84 @@
+"""The report's "still rising" flag: a table made while a method's curve still climbs says
+so on its row (analysis/curve_trend.py), from curves shaped like the runs that needed it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from analysis.curve_trend import RISING_MIN_POINTS, curve_rises, still_rising
+from analysis.final_metrics import RunMetrics
+from analysis.report_tables import all_tables, to_markdown
+from analysis.row_flags import row_flags
+
+# mean accuracy by evaluated round of the Shakespeare stand-in's FedAvg (seed 42), every 5 rounds
+STANDIN_FEDAVG = [21.3, 29.5, 34.3, 38.0, 42.7, 45.6, 47.6, 50.1, 52.3, 54.6, 54.8, 56.1, 58.0, 58.6, 58.5, 58.1, 59.6, 59.6, 59.4, 59.7]
+
+
+def curve(values: list[float], every: int = 5) -> list[tuple[int, float]]:
+    return [(every * (i + 1), v / 100) for i, v in enumerate(values)]
+
+
+def rises(values: list[float], every: int = 5) -> tuple[float, float]:
+    return curve_rises(curve(values, every))
+
+
+def test_a_curve_stopped_while_climbing_is_rising_and_the_same_curve_run_on_is_flat():
+    late, total = rises(STANDIN_FEDAVG[:4])  # stopped at round 20
+    assert still_rising([late], [total]) and late == pytest.approx(0.0493, abs=0.0005)
+    late, total = rises(STANDIN_FEDAVG)  # run on to round 100: creeps up by about a point
+    assert not still_rising([late], [total]) and total == pytest.approx(0.384)
+
+
+def test_a_small_steady_climb_is_rising_and_noise_on_a_plateau_is_not():
+    steady = [13.4, 14.1, 15.4, 16.5, 17.9, 18.5]  # 5 points gained, still gaining 2 a third
+    assert still_rising(*map(lambda v: [v], rises(steady)))
+    plateau = [10.0, 40.0, 60.0, 70.0, 71.0, 70.4, 71.2, 70.8, 71.1]
+    assert not still_rising(*map(lambda v: [v], rises(plateau)))
+
+
+def test_a_falling_or_too_short_curve_is_never_rising():
+    assert not still_rising(*map(lambda v: [v], rises([50.0, 60.0, 55.0, 45.0, 40.0])))
+    assert all(math.isnan(v) for v in rises([10.0, 30.0]))
+    assert not still_rising([math.nan], [math.nan])
+
+
+def test_the_rule_is_on_the_mean_over_seeds():
+    climbing, flat = rises(STANDIN_FEDAVG[:4]), rises(STANDIN_FEDAVG)
+    assert still_rising([climbing[0], climbing[0], flat[0]], [climbing[1], climbing[1], flat[1]])
+    assert not still_rising([flat[0], flat[0], climbing[0] / 4], [flat[1], flat[1], climbing[1]])
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=3, max_size=40), st.floats(-0.3, 0.3), st.integers(1, 5))
+def test_adding_a_constant_or_spacing_the_evaluations_otherwise_changes_no_verdict(values, offset, every):
+    points = [(every * (i + 1), v) for i, v in enumerate(values)]
+    shifted = [(r, v + offset) for r, v in points]
+    assert still_rising(*map(lambda v: [v], curve_rises(points))) == still_rising(*map(lambda v: [v], curve_rises(shifted)))
+
+
+def test_a_late_rise_at_the_floor_is_flat():
+    assert not still_rising([RISING_MIN_POINTS], [0.0]) and still_rising([RISING_MIN_POINTS * 1.01], [0.0])
+
+
+def record(method: str, seed: int, values: list[float]) -> RunMetrics:
+    late, total = rises(values)
+    final = values[-1] / 100
+    metrics = {"mean_accuracy": final, "worst_accuracy": final - 0.1, "bottom20_accuracy": final - 0.05, "gap": 0.2,
+               "ari_true": math.nan, "num_groups": math.nan, "late_rise": late, "total_rise": total}  # fmt: skip
+    return RunMetrics("shakespeare", method, seed, metrics)
+
+
+def test_the_flag_marks_every_cell_of_a_rising_row_and_its_rule_is_in_the_note():
+    runs = [record("fedavg", seed, STANDIN_FEDAVG[:4]) for seed in (1, 2, 3)] + [
+        record("local", seed, [40.0, 42.0, 42.5, 42.4]) for seed in (1, 2, 3)
+    ]
+    flags = row_flags(runs)
+    # the stand-in's own story: stopped at round 20, FedAvg is below Local and still climbing
+    assert flags[("shakespeare", "fedavg")] == ["below Local", "still rising (+4.9 pp in the last third)"]
+    assert ("shakespeare", "local") not in flags
+    text = to_markdown(all_tables(runs))
+    assert text.count("still rising (+4.9 pp in the last third)") >= 4  # mean, worst, bottom-20%, gap
+    assert "[still rising] over the last third of the rounds" in text and "run more rounds" in text
