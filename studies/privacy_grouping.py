@@ -26,7 +26,9 @@ import math
 from pathlib import Path
 from statistics import mean, stdev
 
+from analysis.curve_trend import RISING_RULE, curve_rises, still_rising
 from analysis.figure_files import file_part
+from analysis.final_metrics import accuracy_curve
 from analysis.privacy_figure import MIN_PRIVATE_LEVELS, epsilon_figure
 from analysis.privacy_levels import Level, Line, privacy_lines
 from analysis.privacy_releases import release_split
@@ -62,10 +64,21 @@ def level_rows(setting: str, line: Line) -> list[str]:
     for level in line.levels:
         cells = [setting, line.method, _target(level), _reached(level), _noise(level), ", ".join(map(str, level.seeds))]
         for metric, _, scale in COMPARED:
-            cells += [cell([scale * run.values[metric] for run in level.runs]), *_paired(level, line.no_dp, metric, scale)]
+            shown = cell([scale * run.values[metric] for run in level.runs]) + (_rising(level) if metric == "mean_accuracy" else "")
+            cells += [shown, *_paired(level, line.no_dp, metric, scale)]
         cells += [_groups(level), _releases(level)]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
+
+
+def _rising(level: Level) -> str:
+    """' (still rising: +4.9 pp in the last third)' where the level's curves had not flattened
+    when its runs stopped (analysis/curve_trend.py), else ''."""
+    rises = [curve_rises(accuracy_curve(run.run)) for run in level.runs]
+    late, total = [r[0] for r in rises], [r[1] for r in rises]
+    if not still_rising(late, total):
+        return ""
+    return f" (still rising: +{100 * mean(v for v in late if not math.isnan(v)):.1f} pp in the last third)"
 
 
 def final_group_count(run: RunRecord) -> int | None:
@@ -232,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         "release a round; at each refresh the releases on the head sketches (the mean sketch, the seeding or a Lloyd step, "
         "the Lloyd steps) as descriptors and one model release, the groups' sums; the other methods: model releases only); "
         "groups at the final round: '(collapsed: one group)' where every seed ends with one group, '(lost: ARI at most 0 at "
-        "every seed)' where the groups found say nothing of the planted ones at any seed; where a run's releases share one z and q (every cell not marked "
+        "every seed)' where the groups found say nothing of the planted ones at any seed; a mean accuracy marked '(still "
+        f"rising: ...)': {RISING_RULE}; where a run's releases share one z and q (every cell not marked "
         "'by count') each adds the same Renyi divergence, so the descriptor share is also the share of the RDP budget. "
         "*reference* rows: the trivial references the runs recorded (each client's own majority class, or the pooled one, "
         "scored on its test set).",

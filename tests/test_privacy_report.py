@@ -192,3 +192,21 @@ def test_the_sketch_check_scores_every_column_on_saved_heads(tmp_path: Path) -> 
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[2:5] == ["5", str(ROUNDS), "4"]
     assert all(-100 <= int(value) <= 100 for value in cells[5:]) and len(cells[5:]) == 5
+
+
+def test_the_study_marks_a_level_whose_curves_were_still_rising() -> None:
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from analysis.privacy_levels import Level
+    from studies.privacy_grouping import _rising
+
+    def level(accuracies: list[float]) -> Level:
+        rounds = pa.table({"round": list(range(1, len(accuracies) + 1)), "evaluated": [True] * len(accuracies), "mean_accuracy": accuracies})
+        return Level(runs=[SimpleNamespace(run=SimpleNamespace(rounds=rounds))], target_epsilon=4.0)  # type: ignore[list-item]
+
+    climbing = [0.1 + 0.02 * i for i in range(30)]
+    flat = [min(0.1 + 0.05 * i, 0.8) for i in range(30)]
+    assert _rising(level(climbing)) == " (still rising: +20.0 pp in the last third)"
+    assert _rising(level(flat)) == ""
