@@ -26,7 +26,7 @@ LATE_SHARE = 1 / 3
 # a late rise at or below this (a fraction: 0.01 = 1 percentage point) is flat whatever the total rise
 RISING_MIN_POINTS = 0.01
 # a late rise at or below this share of the total rise is flat
-RISING_MIN_SHARE = 0.1
+RISING_MIN_SHARE = 0.05
 RISING_RULE = (
     f"over the last third of the rounds the mean accuracy rose by more than "
     f"{100 * RISING_MIN_POINTS:g} pp and by more than {100 * RISING_MIN_SHARE:g}% of its rise since the first "
