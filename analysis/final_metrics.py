@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from statistics import mean, stdev
 from typing import Any
 
-from analysis.curve_trend import curve_rises
 from analysis.participation_split import participation_split
-from analysis.run_traffic import run_traffic
 from analysis.provenance import run_provenance
+from analysis.run_traffic import run_traffic
 from analysis.runs import RunRecord
 from analysis.setting_groups import place_runs
 from analysis.trivial_record import recorded_references
+from hdcfl_ray.diagnostics.curve_trend import curve_rises
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {

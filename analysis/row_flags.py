@@ -1,7 +1,7 @@
 """Warnings a report prints on its cells, so that a table copied into a paper
 carries them: a clustered method that collapsed, a method far below Local, a
 row with fewer seeds than the others, a curve still rising when the run stopped
-(analysis/curve_trend.py), figures scored on a sample of the clients, a
+(hdcfl_ray/diagnostics/curve_trend.py), figures scored on a sample of the clients, a
 knob pinned to a value chosen for another setting, a method not above a trivial
 reference (analysis/trivial_rows.py).
 
@@ -18,9 +18,9 @@ import math
 from collections.abc import Iterable
 from statistics import mean, stdev
 
-from analysis.curve_trend import RISING_RULE, still_rising
 from analysis.final_metrics import RunMetrics
 from analysis.trivial_rows import TRIVIAL_FLAG, TRIVIAL_RULE, trivial_flags
+from hdcfl_ray.diagnostics.curve_trend import RISING_RULE, still_rising
 
 # a mean normalised membership entropy at or above this is "uniform": every client
 # spreads its weight almost evenly over the method's clusters
@@ -150,7 +150,7 @@ def _pinned_elsewhere(runs: list[RunMetrics]) -> str:
 
 
 def _late_rise(runs: list[RunMetrics]) -> str:
-    """'+3.7 pp in the last third': the row's mean late rise (analysis/curve_trend.py)."""
+    """'+3.7 pp in the last third': the row's mean late rise (hdcfl_ray/diagnostics/curve_trend.py)."""
     late = [v for v in (_value(r, "late_rise") for r in runs) if not math.isnan(v)]
     return f"+{100 * mean(late):.1f} pp in the last third"
 

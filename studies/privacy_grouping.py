@@ -26,7 +26,6 @@ import math
 from pathlib import Path
 from statistics import mean, stdev
 
-from analysis.curve_trend import RISING_RULE, curve_rises, still_rising
 from analysis.figure_files import file_part
 from analysis.final_metrics import accuracy_curve
 from analysis.privacy_figure import MIN_PRIVATE_LEVELS, epsilon_figure
@@ -37,6 +36,7 @@ from analysis.runs import RunRecord, load_runs
 from analysis.setting_groups import place_runs
 from analysis.trivial_record import recorded_references
 from analysis.verdict import RULE, paired_verdict
+from hdcfl_ray.diagnostics.curve_trend import RISING_RULE, curve_rises, still_rising
 
 # (final metric, label, scale): accuracies and ARI in points
 COMPARED = (("mean_accuracy", "mean acc.", 100.0), ("worst_accuracy", "worst acc.", 100.0), ("ari_true", "ARI", 100.0))
@@ -73,7 +73,7 @@ def level_rows(setting: str, line: Line) -> list[str]:
 
 def _rising(level: Level) -> str:
     """' (still rising: +4.9 pp in the last third)' where the level's curves had not flattened
-    when its runs stopped (analysis/curve_trend.py), else ''."""
+    when its runs stopped (hdcfl_ray/diagnostics/curve_trend.py), else ''."""
     rises = [curve_rises(accuracy_curve(run.run)) for run in level.runs]
     late, total = [r[0] for r in rises], [r[1] for r in rises]
     if not still_rising(late, total):

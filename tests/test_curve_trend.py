@@ -1,5 +1,5 @@
 """The report's "still rising" flag: a table made while a method's curve still climbs says
-so on its row (analysis/curve_trend.py), from curves shaped like the runs that needed it."""
+so on its row (hdcfl_ray/diagnostics/curve_trend.py), from curves shaped like the runs that needed it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.curve_trend import RISING_MIN_POINTS, curve_rises, still_rising
+from hdcfl_ray.diagnostics.curve_trend import RISING_MIN_POINTS, curve_rises, still_rising
 from analysis.final_metrics import RunMetrics
 from analysis.report_tables import all_tables, to_markdown
 from analysis.row_flags import row_flags
@@ -82,3 +82,40 @@ def test_the_flag_marks_every_cell_of_a_rising_row_and_its_rule_is_in_the_note()
     text = to_markdown(all_tables(runs))
     assert text.count("still rising (+4.9 pp in the last third)") >= 4  # mean, worst, bottom-20%, gap
     assert "[still rising] over the last third of the rounds" in text and "run more rounds" in text
+
+
+def test_a_run_summary_holds_the_rises_the_report_computes(tmp_path) -> None:
+    import random
+
+    from analysis.final_metrics import run_metrics
+    from analysis.runs import load_runs
+    from hdcfl_ray.config.loading import build_scenario
+    from hdcfl_ray.runtime.driver import prepare_run, run_simulation
+    from hdcfl_ray.terminal.live_view import QuietObserver
+    from tests.conftest import tiny_scenario
+
+    seed = random.randrange(10_000)  # any run: the run and the report read one curve
+    scenario = tiny_scenario(seed=seed, algorithm={"name": "fedavg"}, protocol={"rounds": 4}, runtime={"backend": "local"})
+    summary = run_simulation(prepare_run(build_scenario(scenario)), tmp_path / "run", QuietObserver())
+    (record,) = run_metrics(load_runs([tmp_path]))
+    assert not math.isnan(summary.late_rise), seed
+    assert (record.values["late_rise"], record.values["total_rise"]) == (summary.late_rise, summary.total_rise), seed
+
+
+@pytest.mark.parametrize(("late", "total", "said"), [(0.178, 0.72, True), (0.008, 0.80, False), (math.nan, math.nan, False)])
+def test_the_end_of_a_run_says_when_its_curve_was_still_rising(tmp_path, late, total, said) -> None:
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from hdcfl_ray.terminal.live_view import LiveView
+
+    console = Console(file=io.StringIO(), width=400)
+    final = {"round": 30, "mean_accuracy": 0.78, "worst_accuracy": 0.7, "bottom20_accuracy": 0.72, "gap": 0.2, "personalized": False}
+    summary = SimpleNamespace(final_round=final, last_refresh=None, scored_on="test", run_dir=tmp_path, elapsed_s=1.0, rounds=30,
+                              late_rise=late, total_rise=total)  # fmt: skip
+    LiveView(console).on_finish(summary)
+    text = console.file.getvalue()
+    assert ("still rising when the run stopped: +17.8 pp over the last third of the rounds" in text) == said
+    assert ("protocol.rounds" in text) == said
