@@ -93,7 +93,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values.update(participation_split(run, int(final["round"])))
         values["evaluated_fraction"] = evaluated_fraction(final, run_trained_client_count(run))
         values.update(refresh_diagnostics(run))
-        values["late_rise"], values["total_rise"] = curve_rises(accuracy_curve(run))
+        values["late_rise"], values["total_rise"], values["late_rise_error"] = curve_rises(accuracy_curve(run))
         values["groups_asked"] = groups_asked(run.scenario)
         count = run_client_count(run)
         values["num_clients"] = float(count) if count is not None else math.nan

@@ -73,7 +73,7 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
             found.append("below Local")
         if (setting, method) in not_above_trivial:
             found.append(not_above_trivial[(setting, method)])
-        if still_rising([_value(r, "late_rise") for r in runs], [_value(r, "total_rise") for r in runs]):
+        if still_rising(*([_value(r, name) for r in runs] for name in ("late_rise", "total_rise", "late_rise_error"))):
             found.append(f"still rising ({_late_rise(runs)})")
         if len(runs) < most_seeds[setting]:
             found.append(f"fewer seeds ({len(runs)} of {most_seeds[setting]})")

@@ -75,8 +75,8 @@ def _rising(level: Level) -> str:
     """' (still rising: +4.9 pp in the last third)' where the level's curves had not flattened
     when its runs stopped (hdcfl_ray/diagnostics/curve_trend.py), else ''."""
     rises = [curve_rises(accuracy_curve(run.run)) for run in level.runs]
-    late, total = [r[0] for r in rises], [r[1] for r in rises]
-    if not still_rising(late, total):
+    late = [r.late for r in rises]
+    if not still_rising(late, [r.total for r in rises], [r.late_error for r in rises]):
         return ""
     return f" (still rising: +{100 * mean(v for v in late if not math.isnan(v)):.1f} pp in the last third)"
 

@@ -10,16 +10,20 @@ each run's mean client accuracy over its evaluated rounds:
   what the curve gained over that third, with the round-to-round noise averaged out;
 * the total rise: the final evaluated accuracy less the first.
 
-A row is still rising when, averaged over its seeds, the late rise exceeds both
-RISING_MIN_POINTS (an absolute floor, so that a flat curve's noise is not a trend) and
-RISING_MIN_SHARE of the total rise (so that a curve that gained 40 points and still
-creeps up by one is flat, and one that gained 5 and is gaining 2 is not).
+A row is still rising when, averaged over its seeds, the late rise exceeds
+RISING_MIN_POINTS (an absolute floor), RISING_MIN_SHARE of the total rise (so that a curve
+that gained 40 points and still creeps up by one is flat, and one that gained 5 and is
+gaining 2 is not), and RISING_MIN_NOISE times its own noise (the standard error of the
+fitted rise from the points' scatter about the line, combined over the seeds), so that a
+curve wandering about a plateau, or about chance, is not read as a trend. With only two
+points in the last third the scatter cannot be measured and the rise stands as fitted.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 # the share of the run's rounds at its end that the late rise is fitted on
 LATE_SHARE = 1 / 3
@@ -27,42 +31,64 @@ LATE_SHARE = 1 / 3
 RISING_MIN_POINTS = 0.01
 # a late rise at or below this share of the total rise is flat
 RISING_MIN_SHARE = 0.05
+# the late rise must exceed this many standard errors of itself
+RISING_MIN_NOISE = 2.0
 RISING_RULE = (
     f"over the last third of the rounds the mean accuracy rose by more than "
     f"{100 * RISING_MIN_POINTS:g} pp and by more than {100 * RISING_MIN_SHARE:g}% of its rise since the first "
-    "evaluated round (a least-squares line through the evaluated rounds of that third; means over the seeds): "
+    "evaluated round and by more than twice its standard error (a least-squares line through the evaluated rounds of that "
+    "third; means over the seeds): "
     "the table ranks the methods before they converged; run more rounds"
 )
 
 
-def curve_rises(curve: Sequence[tuple[int, float]]) -> tuple[float, float]:
-    """(late rise, total rise) of a curve of (round, mean accuracy) points, accuracies
-    as fractions; NaN for both with fewer than three evaluated rounds (too short to
-    have a trend of its own)."""
+class CurveRises(NamedTuple):
+    """A curve's rises as fractions (0.01 = one point); NaN where the curve is too short."""
+
+    late: float  # the rise fitted over the last third of the rounds
+    total: float  # the last evaluated accuracy less the first
+    late_error: float  # the standard error of `late` (0 where two points leave no scatter to measure)
+
+
+def curve_rises(curve: Sequence[tuple[int, float]]) -> CurveRises:
+    """The rises of a curve of (round, mean accuracy) points, accuracies as fractions; NaN
+    for all three with fewer than three evaluated rounds (too short to have a trend)."""
     points = sorted((int(r), float(a)) for r, a in curve if a is not None and not math.isnan(float(a)))
     if len(points) < 3:
-        return math.nan, math.nan
+        return CurveRises(math.nan, math.nan, math.nan)
     last_round = points[-1][0]
     span = last_round * LATE_SHARE
     late = [p for p in points if p[0] >= last_round - span]
     if len(late) < 2:
         late = points[-2:]
-    return _slope(late) * span, points[-1][1] - points[0][1]
+    slope, slope_error = _fit(late)
+    return CurveRises(slope * span, points[-1][1] - points[0][1], slope_error * span)
 
 
-def still_rising(late_rises: Sequence[float], total_rises: Sequence[float]) -> bool:
-    """The rule above, on the rises of a row's runs (NaN ones left out)."""
+def still_rising(late_rises: Sequence[float], total_rises: Sequence[float], late_errors: Sequence[float] | None = None) -> bool:
+    """The rule above, on the rises of a row's runs (NaN ones left out); without
+    `late_errors` the noise test is left out."""
     late = [v for v in late_rises if not math.isnan(v)]
     total = [v for v in total_rises if not math.isnan(v)]
     if not late or not total:
         return False
     late_mean, total_mean = sum(late) / len(late), sum(total) / len(total)
-    return late_mean > RISING_MIN_POINTS and late_mean > RISING_MIN_SHARE * max(total_mean, 0.0)
+    errors = [v for v in late_errors or [] if not math.isnan(v)]
+    # the standard error of the mean of independent seeds' rises
+    noise = math.sqrt(sum(e * e for e in errors)) / len(errors) if errors else 0.0
+    return late_mean > RISING_MIN_POINTS and late_mean > RISING_MIN_SHARE * max(total_mean, 0.0) and late_mean > RISING_MIN_NOISE * noise
 
 
-def _slope(points: Sequence[tuple[int, float]]) -> float:
+def _fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """The least-squares slope of accuracy against round and its standard error (0 for two points)."""
     xs = [float(r) for r, _ in points]
     ys = [a for _, a in points]
     x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - x_mean) ** 2 for x in xs)
-    return sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys)) / spread if spread > 0 else 0.0
+    if spread <= 0:
+        return 0.0, 0.0
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys)) / spread
+    if len(points) < 3:
+        return slope, 0.0
+    residuals = sum((y - (y_mean + slope * (x - x_mean))) ** 2 for x, y in zip(xs, ys))
+    return slope, math.sqrt(residuals / (len(points) - 2) / spread)

@@ -58,6 +58,7 @@ class RunSummary:
     # round (diagnostics/curve_trend.py: whether the curve had flattened); NaN when too short
     late_rise: float = float("nan")
     total_rise: float = float("nan")
+    late_rise_error: float = float("nan")
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -576,7 +577,7 @@ def _run_rounds(
 
         spent = spent_record(prepared.privacy, backend.call("privacy_releases"), rounds_run, stopped_early)
         update_manifest(run_dir, **{PRIVACY_RECORD: {**privacy_record(prepared.privacy), **spent}})
-    late_rise, total_rise = curve_rises(_accuracy_curve(run_dir))
+    late_rise, total_rise, late_rise_error = curve_rises(_accuracy_curve(run_dir))
     return RunSummary(
         run_dir=run_dir,
         rounds=rounds_run,
@@ -587,6 +588,7 @@ def _run_rounds(
         stopped_early=stopped_early,
         late_rise=late_rise,
         total_rise=total_rise,
+        late_rise_error=late_rise_error,
     )
 
 

@@ -135,7 +135,7 @@ class LiveView:
         if stopped:  # privacy.max_epsilon ended the run before protocol.rounds
             self.console.print(f"stopped at the privacy budget after round {summary.rounds}: {stopped}", highlight=False)
         late, total = getattr(summary, "late_rise", math.nan), getattr(summary, "total_rise", math.nan)
-        if still_rising([late], [total]):
+        if still_rising([late], [total], [getattr(summary, "late_rise_error", math.nan)]):
             self.console.print(
                 f"the mean accuracy was still rising when the run stopped: +{100 * late:.1f} pp over the last third of the "
                 "rounds; its final numbers are not where it converges (more rounds: protocol.rounds; docs/results.md)",
