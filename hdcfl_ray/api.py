@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from hdcfl_ray.config.schema import Scenario
+    from hdcfl_ray.diagnostics.curve_trend import CurveRises
 
 PathLike = Union[str, Path]
 ScenarioInput = Union[PathLike, Mapping[str, Any], "Scenario"]
@@ -102,6 +103,25 @@ class Run:
         evaluated = [row for row in self.rounds.to_pylist() if row["evaluated"]]
         last = max(evaluated, key=lambda row: row["round"]) if evaluated else {}
         return {key: last.get(key) for key in FINAL_METRICS}
+
+    @property
+    def curve(self) -> "CurveRises":
+        """How the mean accuracy moved: `late` (the rise fitted over the last third of the
+        rounds), `total` (since the first evaluated round) and `late_error`, fractions; NaN
+        for fewer than three evaluated rounds (hdcfl_ray/diagnostics/curve_trend.py)."""
+        from hdcfl_ray.diagnostics.curve_trend import curve_rises
+
+        return curve_rises(
+            [(row["round"], row["mean_accuracy"]) for row in self.rounds.to_pylist() if row["evaluated"] and row["mean_accuracy"] is not None]
+        )
+
+    @property
+    def still_rising(self) -> bool:
+        """True when the mean accuracy was still climbing as the run stopped, by the rule the
+        reports flag rows with ("still rising"): its final numbers are not where it converges."""
+        from hdcfl_ray.diagnostics.curve_trend import still_rising
+
+        return still_rising(*([value] for value in self.curve))
 
 
 def simulate(

@@ -115,6 +115,10 @@ def test_a_run_summary_holds_the_rises_the_report_computes(tmp_path) -> None:
     assert not math.isnan(summary.late_rise), seed
     recorded = (record.values["late_rise"], record.values["total_rise"], record.values["late_rise_error"])
     assert recorded == (summary.late_rise, summary.total_rise, summary.late_rise_error), seed
+    import hdcfl_ray
+
+    run = hdcfl_ray.load_run(tmp_path / "run")  # the Python API reads the same curve
+    assert tuple(run.curve) == recorded and run.still_rising == still_rising(*([v] for v in recorded))
 
 
 @pytest.mark.parametrize(("late", "total", "said"), [(0.178, 0.72, True), (0.008, 0.80, False), (math.nan, math.nan, False)])
