@@ -116,7 +116,7 @@ def test_download_reads_with_load_dataset(tmp_path, digits_folders, monkeypatch)
         ({"path": "FOLDER:shards", "test_split": "validation"}, ["dataset.test_split 'validation'", "train"]),
         ({"path": "FOLDER:saved", "image_column": "img"}, ["dataset.image_column", "'img'", "image, label"]),
         ({"path": "FOLDER:single"}, ["one saved Dataset", "test_split: null"]),
-        ({"path": "/nonexistent/hf"}, ["dataset.path", "/nonexistent/hf", "not a folder"]),
+        ({"path": "/nonexistent/hf"}, ["dataset.path", "/nonexistent/hf", "does not exist"]),
     ],
 )
 def test_bad_settings_name_the_key(digits_folders, changes, fragments):
