@@ -131,12 +131,19 @@ def missing_note(name: str, lines: list[Line]) -> str:
     """The lines without a run without privacy, and the methods absent from some level ('' when none)."""
     notes = [f"{name} / {line.method}: no run without privacy of the same setting and knobs, so no verdict"
              for line in lines if line.no_dp is None]  # fmt: skip
-    epsilons = sorted({_epsilon_text(level) for line in lines for level in line.private_levels})
+    epsilons = sorted({_level_key(level) for line in lines for level in line.private_levels})
     for line in lines:
-        own = {_epsilon_text(level) for level in line.private_levels}
+        own = {_level_key(level) for level in line.private_levels}
         if own != set(epsilons):
             notes.append(f"{name} / {line.method}: no finished run at epsilon {', '.join(e for e in epsilons if e not in own)}")
     return "; ".join(notes)
+
+
+def _level_key(level: Level) -> str:
+    """What makes two methods' levels one level: the epsilon target where the runs were
+    given one (each method reaches it to its own rounding: 0.995 and 0.997 for a target of
+    1), else the epsilon reached."""
+    return _target(level) if level.target_epsilon is not None else _epsilon_text(level)
 
 
 def cohort_note(lines: list[Line]) -> str:
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "scored on its test set).",
     ]
     if notes:
-        lines += ["", "Notes: " + "; ".join(notes) + "."]
+        lines += ["", "Notes: " + "; ".join(dict.fromkeys(notes)) + "."]  # a note said of two settings once
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     for path in figures:

@@ -210,3 +210,20 @@ def test_the_study_marks_a_level_whose_curves_were_still_rising() -> None:
     flat = [min(0.1 + 0.05 * i, 0.8) for i in range(30)]
     assert _rising(level(climbing)) == " (still rising: +20.0 pp in the last third)"
     assert _rising(level(flat)) == ""
+
+
+def test_methods_that_reach_one_target_to_their_own_rounding_are_one_level() -> None:
+    from types import SimpleNamespace
+
+    from studies.privacy_grouping import missing_note
+
+    def level(target: float | None, reached: float) -> SimpleNamespace:
+        return SimpleNamespace(target_epsilon=target, private=True, epsilon=reached)
+
+    def line(method: str, *levels: SimpleNamespace) -> SimpleNamespace:
+        return SimpleNamespace(method=method, no_dp=object(), private_levels=list(levels))
+
+    same = [line("hdcfl", level(1.0, 0.995), level(4.0, 4.0)), line("ifca", level(1.0, 0.997), level(4.0, 3.99))]
+    assert missing_note("rotation", same) == ""  # type: ignore[arg-type]
+    short = [line("hdcfl", level(1.0, 0.995), level(4.0, 4.0)), line("ifca", level(4.0, 3.99))]
+    assert missing_note("rotation", short) == "rotation / ifca: no finished run at epsilon 1"  # type: ignore[arg-type]
