@@ -138,3 +138,19 @@ def test_the_end_of_a_run_says_when_its_curve_was_still_rising(tmp_path, late, t
     text = console.file.getvalue()
     assert ("still rising when the run stopped: +17.8 pp over the last third of the rounds" in text) == said
     assert ("protocol.rounds" in text) == said
+
+
+@pytest.mark.parametrize(("late", "said"), [(0.178, True), (0.008, False)])
+def test_a_sweep_names_the_run_whose_curve_was_still_rising(late, said) -> None:
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from hdcfl_ray.terminal.sweep_view import SweepView
+
+    console = Console(file=io.StringIO(), width=400)
+    view = SweepView([("quickstart/fedavg/seed42", 30)], console=console)
+    view.observer("quickstart/fedavg/seed42").on_finish(SimpleNamespace(late_rise=late, total_rise=0.72, late_rise_error=0.0))
+    text = console.file.getvalue()
+    assert ("quickstart/fedavg/seed42: the mean accuracy was still rising when the run stopped: +17.8 pp" in text) == said

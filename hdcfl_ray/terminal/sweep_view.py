@@ -8,6 +8,7 @@ called from the sweep's worker threads; the view serialises them."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from hdcfl_ray.diagnostics.curve_trend import still_rising
 from hdcfl_ray.terminal.live_view import note_line
 
 FINISHED = ("completed", "skipped", "failed", "stopped", "settings changed")
@@ -175,7 +177,9 @@ class RunObserver:
         self.view._on_round(self.key, round_row)
 
     def on_finish(self, summary: Any) -> None:
-        pass
+        rises = [getattr(summary, name, math.nan) for name in ("late_rise", "total_rise", "late_rise_error")]
+        if still_rising(*([value] for value in rises)):
+            self.on_notice(f"the mean accuracy was still rising when the run stopped: +{100 * rises[0]:.1f} pp over the last third of the rounds")
 
     def on_notice(self, text: str) -> None:
         with self.view.lock:
