@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.errors import RayStartFailed, ScenarioError
 from hdcfl_ray.plain_text import plain_text
 
 class _Command(typer.Typer):
@@ -25,6 +25,9 @@ class _Command(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)
+        except RayStartFailed as error:  # one line with what usually causes it, not Ray's traceback
+            print(f"error: {plain_text(str(error))}", file=sys.stderr)
+            raise SystemExit(1) from None
         except SystemExit as exit_request:
             from hdcfl_ray.runtime.interrupts import received
 

@@ -15,6 +15,12 @@ class ScenarioError(Exception):
     names where the problem is and what to do."""
 
 
+class RayStartFailed(RuntimeError):
+    """The private Ray instance a run or sweep starts did not come up (its node timed out,
+    a port or the memory it needs was taken): the CLI says so in one line, exit code 1,
+    with what usually causes it, instead of Ray's traceback."""
+
+
 class ClientUpdateFailed(RuntimeError):
     """A client's local update raised (or the batched training of several clients
     together): names the clients and the round, with the original error as its

@@ -24,7 +24,7 @@ import ray
 
 from hdcfl_ray.runtime.machine_checks import Capacity, check_actor_capacity, check_cluster_reachable, is_loopback_host
 from hdcfl_ray.config.schema import RuntimeConfig
-from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.errors import RayStartFailed, ScenarioError, failure_text
 
 # Ray's switch between a cluster node (node IP = the machine's external address) and a
 # single machine (node IP = loopback): an environment variable for the processes Ray
@@ -103,9 +103,16 @@ def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, das
             # machine (ray.init() alone would join it): address null means a private Ray.
             # Ray's own start-up notices are noise to a simulator user; failures still raise.
             ray.init(address="local", num_cpus=num_cpus, logging_level="ERROR", configure_logging=True, **kwargs)
-    except BaseException:  # a failed or interrupted start: stop whatever it started
+    except BaseException as error:  # a failed or interrupted start: stop whatever it started
         os.environ.pop(OWNER_ENV, None)
         stop_private_ray(marker)
+        if isinstance(error, Exception):
+            raise RayStartFailed(
+                f"Ray could not start on this machine ({failure_text(error).splitlines()[0]}). A Ray left over from a killed process "
+                "can hold its ports and memory (`ray stop` stops this user's Ray processes), and a machine short of "
+                "memory or CPU time can make its start time out; a single run does not need Ray "
+                "(hdcfl-ray simulate ... --set runtime.backend=local)"
+            ) from error
         raise
     os.environ.pop(OWNER_ENV, None)
     node_ip = ray.util.get_node_ip_address()
