@@ -109,7 +109,7 @@ def start_private_ray(num_cpus: int | None, include_dashboard: bool = False, das
         if isinstance(error, Exception):
             raise RayStartFailed(
                 f"Ray could not start on this machine ({failure_text(error).splitlines()[0]}). A Ray left over from a killed process "
-                "can hold its ports and memory (`ray stop` stops this user's Ray processes), and a machine short of "
+                "can hold its ports and memory (`ray stop` stops every Ray process on this machine, a running sweep's too), and a machine short of "
                 "memory or CPU time can make its start time out; a single run does not need Ray "
                 "(hdcfl-ray simulate ... --set runtime.backend=local)"
             ) from error
