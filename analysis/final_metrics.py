@@ -34,6 +34,10 @@ METRICS: dict[str, bool] = {
     "ari_true": True,
     "mean_accuracy_own_classes": True,
     "num_groups": True,
+    # clients held out of training (partition.newcomers), scored by each method's newcomer rule
+    "newcomer_mean_accuracy": True,
+    "newcomer_worst_accuracy": True,
+    "newcomer_ari_with_clients": True,
 }
 # training work over the whole run (every round's updates plus training done while
 # evaluating, e.g. fine-tuning), summed from rounds.parquet; not ranked

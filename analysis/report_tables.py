@@ -43,6 +43,12 @@ TITLES = {
     "bottom20_accuracy": "Final bottom-20% client test accuracy (%) (table 8 form)",
     "gap": "Final best-minus-worst gap (pp; lower is better) (table 9 form)",
     "ari_true": "ARI of the final client groups against the planted groups (clustered methods)",
+    "newcomer_mean_accuracy": (
+        "Newcomers' mean test accuracy (%): clients held out of every round, scored by each method's newcomer rule "
+        "(partition.newcomers; docs/newcomers.md)"
+    ),
+    "newcomer_worst_accuracy": "Newcomers' worst test accuracy (%)",
+    "newcomer_ari_with_clients": "Newcomers placed with their planted group's clients: ARI of the newcomers and the trained clients together against the planted groups",
     "mean_accuracy_own_classes": (
         "Mean client test accuracy (%) with predictions restricted to each client's own training classes "
         "(encoder quality apart from the label prior)"
@@ -53,7 +59,7 @@ TITLES = {
 def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, with_macro: bool) -> ReportTable:
     settings, methods = settings_and_methods(records)
     table = cells(records, metric)
-    scale = 1.0 if metric == "ari_true" else 100.0
+    scale = 1.0 if metric in ("ari_true", "newcomer_ari_with_clients") else 100.0
     header = ["Method", *settings] + (["Avg. rank ↓"] if with_rank else []) + (["Macro"] if with_macro else [])
     result = ReportTable(TITLES[metric], header)
     marks = {s: best_two(table, s, methods, METRICS[metric]) for s in settings}
@@ -85,6 +91,28 @@ def per_setting_table(records: list[RunMetrics], metric: str, with_rank: bool, w
     notes.append(flag_note(cell.flags for row in result.rows for cell in row))
     result.note = " ".join(note for note in notes if note)
     return result
+
+
+NEWCOMER_METRICS = ("newcomer_mean_accuracy", "newcomer_worst_accuracy")
+
+
+def newcomer_tables(records: list[RunMetrics]) -> list[ReportTable]:
+    """The newcomers' accuracy tables and the placement ARI table, where runs held
+    newcomers out (partition.newcomers); each names the methods that scored none because
+    they have no newcomer rule, rather than leave them out unsaid."""
+    with_newcomers = [r for r in records if not math.isnan(r.values.get("newcomer_mean_accuracy", math.nan))]
+    if not with_newcomers:
+        return []
+    settings = {r.setting for r in with_newcomers}
+    scored = {r.method for r in with_newcomers}
+    unruled = sorted({r.method for r in records if r.setting in settings and r.method not in scored})
+    tables = [per_setting_table(records, metric, with_rank=False, with_macro=False) for metric in NEWCOMER_METRICS]
+    if unruled:
+        for table in tables:
+            table.note = f"{table.note} No newcomer rule, so no newcomer row: {', '.join(unruled)}.".strip()
+    if any(not math.isnan(r.values.get("newcomer_ari_with_clients", math.nan)) for r in records):
+        tables.append(per_setting_table(records, "newcomer_ari_with_clients", with_rank=False, with_macro=False))
+    return tables
 
 
 def _rank(value: float) -> str:
@@ -418,6 +446,7 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
             every.append(per_setting_table(tested, "mean_accuracy_own_classes", with_rank=False, with_macro=False))
         if any(not math.isnan(r.values.get("ari_true", math.nan)) for r in tested):
             every.append(per_setting_table(tested, "ari_true", with_rank=False, with_macro=False))
+        every += newcomer_tables(tested)
         optional = (
             clustered_table(tested), grouping_diagnostics_table(tested), participation_table(tested), budget_table(tested), gain_table(tested),
             shared_model_gain_table(tested), paired_table(tested, against or "hdcfl"), communication_table(tested),

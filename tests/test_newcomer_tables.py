@@ -120,3 +120,26 @@ def test_the_study_sweep_runs_every_method_with_four_newcomers_and_hdcfl_at_the_
     assert all(run.scenario.partition.newcomer_count() == 4 and run.scenario.protocol.newcomer_epochs == 1 for run in runs)
     assert {run.scenario.algorithm.hdcfl.groups for run in runs} == {4}
     assert all(run.run_dir.parts[-5:-3] == ("newcomers", "rot") for run in runs)
+
+
+def test_the_report_has_the_newcomers_tables_and_a_run_without_newcomers_does_not(sweep_folder: Path, method_without_a_rule: str, tmp_path: Path) -> None:
+    from analysis.report_tables import TITLES, all_tables, to_markdown
+    from analysis.final_metrics import run_metrics
+    from analysis.runs import load_runs
+
+    text = to_markdown(all_tables(run_metrics(load_runs([sweep_folder]))))
+    for metric in ("newcomer_mean_accuracy", "newcomer_worst_accuracy", "newcomer_ari_with_clients"):
+        assert TITLES[metric] in text
+    newcomers = text.split(TITLES["newcomer_mean_accuracy"], 1)[1].split("###", 1)[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in newcomers.splitlines() if line.startswith("| ")}
+    assert " ± " in rows["fedavg"] and " ± " in rows["ifca"] and method_without_a_rule not in rows  # no rule: no cell,
+    assert f"No newcomer rule, so no newcomer row: {method_without_a_rule}." in newcomers  # and the note says why
+    placed = text.split(TITLES["newcomer_ari_with_clients"], 1)[1].split("###", 1)[0]
+    assert "| ifca |" in placed and "| fedavg |" not in placed  # FedAvg places no one in a group
+
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(tiny_scenario(algorithm={"name": "fedavg"}, protocol={"rounds": 2}, runtime={"backend": "local"})))
+    from hdcfl_ray.config.loading import load_scenario
+
+    run_simulation(prepare_run(load_scenario(plain)), tmp_path / "plain-run", QuietObserver())
+    assert "Newcomers" not in to_markdown(all_tables(run_metrics(load_runs([tmp_path / "plain-run"]))))
