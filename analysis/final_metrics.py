@@ -20,7 +20,7 @@ from analysis.run_traffic import run_traffic
 from analysis.runs import RunRecord
 from analysis.setting_groups import place_runs
 from analysis.trivial_record import recorded_references
-from hdcfl_ray.diagnostics.curve_trend import curve_rises
+from hdcfl_ray.diagnostics.curve_trend import curve_rises, rounds_curve
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {
@@ -97,7 +97,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values.update(participation_split(run, int(final["round"])))
         values["evaluated_fraction"] = evaluated_fraction(final, run_trained_client_count(run))
         values.update(refresh_diagnostics(run))
-        values["late_rise"], values["total_rise"], values["late_rise_error"] = curve_rises(accuracy_curve(run))
+        values["late_rise"], values["total_rise"], values["late_rise_error"] = curve_rises(rounds_curve(run.rounds.to_pylist()))
         values["groups_asked"] = groups_asked(run.scenario)
         count = run_client_count(run)
         values["num_clients"] = float(count) if count is not None else math.nan
@@ -112,15 +112,6 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
             )
         )
     return records
-
-
-def accuracy_curve(run: RunRecord) -> list[tuple[int, float]]:
-    """(round, mean client accuracy) at each evaluated round of the run."""
-    return [
-        (int(row["round"]), float(row["mean_accuracy"]))
-        for row in run.rounds.to_pylist()
-        if row.get("evaluated") and row.get("mean_accuracy") is not None
-    ]
 
 
 def run_client_count(run: Any) -> int | None:

@@ -109,19 +109,15 @@ class Run:
         """How the mean accuracy moved: `late` (the rise fitted over the last third of the
         rounds), `total` (since the first evaluated round) and `late_error`, fractions; NaN
         for fewer than three evaluated rounds (hdcfl_ray/diagnostics/curve_trend.py)."""
-        from hdcfl_ray.diagnostics.curve_trend import curve_rises
+        from hdcfl_ray.diagnostics.curve_trend import curve_rises, rounds_curve
 
-        return curve_rises(
-            [(row["round"], row["mean_accuracy"]) for row in self.rounds.to_pylist() if row["evaluated"] and row["mean_accuracy"] is not None]
-        )
+        return curve_rises(rounds_curve(self.rounds.to_pylist()))
 
     @property
     def still_rising(self) -> bool:
         """True when the mean accuracy was still climbing as the run stopped, by the rule the
         reports flag rows with ("still rising"): its final numbers are not where it converges."""
-        from hdcfl_ray.diagnostics.curve_trend import still_rising
-
-        return still_rising(*([value] for value in self.curve))
+        return self.curve.rising
 
 
 def simulate(

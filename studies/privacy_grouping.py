@@ -27,7 +27,6 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from analysis.figure_files import file_part
-from analysis.final_metrics import accuracy_curve
 from analysis.privacy_figure import MIN_PRIVATE_LEVELS, epsilon_figure
 from analysis.privacy_levels import Level, Line, privacy_lines
 from analysis.privacy_releases import release_split
@@ -36,7 +35,7 @@ from analysis.runs import RunRecord, load_runs
 from analysis.setting_groups import place_runs
 from analysis.trivial_record import recorded_references
 from analysis.verdict import RULE, paired_verdict
-from hdcfl_ray.diagnostics.curve_trend import RISING_RULE, curve_rises, still_rising
+from hdcfl_ray.diagnostics.curve_trend import RISING_RULE, curve_rises, rounds_curve, still_rising
 
 # (final metric, label, scale): accuracies and ARI in points
 COMPARED = (("mean_accuracy", "mean acc.", 100.0), ("worst_accuracy", "worst acc.", 100.0), ("ari_true", "ARI", 100.0))
@@ -74,7 +73,7 @@ def level_rows(setting: str, line: Line) -> list[str]:
 def _rising(level: Level) -> str:
     """' (still rising: +4.9 pp in the last third)' where the level's curves had not flattened
     when its runs stopped (hdcfl_ray/diagnostics/curve_trend.py), else ''."""
-    rises = [curve_rises(accuracy_curve(run.run)) for run in level.runs]
+    rises = [curve_rises(rounds_curve(run.run.rounds.to_pylist())) for run in level.runs]
     late = [r.late for r in rises]
     if not still_rising(late, [r.total for r in rises], [r.late_error for r in rises]):
         return ""

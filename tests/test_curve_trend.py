@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdcfl_ray.diagnostics.curve_trend import RISING_MIN_POINTS, curve_rises, still_rising
+from hdcfl_ray.diagnostics.curve_trend import RISING_MIN_POINTS, CurveRises, curve_rises, still_rising
 from analysis.final_metrics import RunMetrics
 from analysis.report_tables import all_tables, to_markdown
 from analysis.row_flags import row_flags
@@ -112,9 +112,9 @@ def test_a_run_summary_holds_the_rises_the_report_computes(tmp_path) -> None:
     scenario = tiny_scenario(seed=seed, algorithm={"name": "fedavg"}, protocol={"rounds": 4}, runtime={"backend": "local"})
     summary = run_simulation(prepare_run(build_scenario(scenario)), tmp_path / "run", QuietObserver())
     (record,) = run_metrics(load_runs([tmp_path]))
-    assert not math.isnan(summary.late_rise), seed
+    assert not math.isnan(summary.curve.late), seed
     recorded = (record.values["late_rise"], record.values["total_rise"], record.values["late_rise_error"])
-    assert recorded == (summary.late_rise, summary.total_rise, summary.late_rise_error), seed
+    assert recorded == tuple(summary.curve), seed
     import hdcfl_ray
 
     run = hdcfl_ray.load_run(tmp_path / "run")  # the Python API reads the same curve
@@ -133,7 +133,7 @@ def test_the_end_of_a_run_says_when_its_curve_was_still_rising(tmp_path, late, t
     console = Console(file=io.StringIO(), width=400)
     final = {"round": 30, "mean_accuracy": 0.78, "worst_accuracy": 0.7, "bottom20_accuracy": 0.72, "gap": 0.2, "personalized": False}
     summary = SimpleNamespace(final_round=final, last_refresh=None, scored_on="test", run_dir=tmp_path, elapsed_s=1.0, rounds=30,
-                              late_rise=late, total_rise=total, late_rise_error=0.0)  # fmt: skip
+                              curve=CurveRises(late, total, 0.0))  # fmt: skip
     LiveView(console).on_finish(summary)
     text = console.file.getvalue()
     assert ("still rising when the run stopped: +17.8 pp over the last third of the rounds" in text) == said
@@ -151,6 +151,6 @@ def test_a_sweep_names_the_run_whose_curve_was_still_rising(late, said) -> None:
 
     console = Console(file=io.StringIO(), width=400)
     view = SweepView([("quickstart/fedavg/seed42", 30)], console=console)
-    view.observer("quickstart/fedavg/seed42").on_finish(SimpleNamespace(late_rise=late, total_rise=0.72, late_rise_error=0.0))
+    view.observer("quickstart/fedavg/seed42").on_finish(SimpleNamespace(curve=CurveRises(late, 0.72, 0.0)))
     text = console.file.getvalue()
     assert ("quickstart/fedavg/seed42: the mean accuracy was still rising when the run stopped: +17.8 pp" in text) == said

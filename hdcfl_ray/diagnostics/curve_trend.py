@@ -22,8 +22,8 @@ points in the last third the scatter cannot be measured and the rise stands as f
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 # the share of the run's rounds at its end that the late rise is fitted on
 LATE_SHARE = 1 / 3
@@ -49,13 +49,34 @@ class CurveRises(NamedTuple):
     total: float  # the last evaluated accuracy less the first
     late_error: float  # the standard error of `late` (0 where two points leave no scatter to measure)
 
+    @property
+    def rising(self) -> bool:
+        """The rule below on this one curve."""
+        return still_rising([self.late], [self.total], [self.late_error])
+
+    def notice(self) -> str | None:
+        """What the end of a run says of a curve still rising (None for one that is not)."""
+        if not self.rising:
+            return None
+        return f"the mean accuracy was still rising when the run stopped: +{100 * self.late:.1f} pp over the last third of the rounds"
+
+
+NO_CURVE = CurveRises(math.nan, math.nan, math.nan)
+
+
+def rounds_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(round, mean client accuracy) of every evaluated round among a run's rounds rows."""
+    return [
+        (int(row["round"]), float(row["mean_accuracy"])) for row in rounds if row.get("evaluated") and row.get("mean_accuracy") is not None
+    ]
+
 
 def curve_rises(curve: Sequence[tuple[int, float]]) -> CurveRises:
     """The rises of a curve of (round, mean accuracy) points, accuracies as fractions; NaN
     for all three with fewer than three evaluated rounds (too short to have a trend)."""
     points = sorted((int(r), float(a)) for r, a in curve if a is not None and not math.isnan(float(a)))
     if len(points) < 3:
-        return CurveRises(math.nan, math.nan, math.nan)
+        return NO_CURVE
     last_round = points[-1][0]
     span = last_round * LATE_SHARE
     late = [p for p in points if p[0] >= last_round - span]

@@ -24,7 +24,7 @@ from hdcfl_ray.runtime.round_rows import RoundRowBuilder
 from hdcfl_ray.checkpoint.store import Checkpoint, CheckpointSearch, DamagedCheckpoint, find_checkpoint, write_checkpoint
 from hdcfl_ray.logs.refresh_cache import drop_refresh_caches_after, save_refresh_cache
 from hdcfl_ray.logs.table_writer import TableWriter, drop_parts_after, read_table, verify_parts
-from hdcfl_ray.diagnostics.curve_trend import curve_rises
+from hdcfl_ray.diagnostics.curve_trend import NO_CURVE, CurveRises, curve_rises, rounds_curve
 from hdcfl_ray.runtime.backends.choice import choose_backend
 from hdcfl_ray.runtime.backends.local_backend import LocalBackend
 # where a scenario meets the machine (re-exported: callers run what the driver prepares)
@@ -54,11 +54,9 @@ class RunSummary:
     choice_s: float = 0.0  # of elapsed_s, the time spent choosing its auto knobs (0 when read from the cache)
     # why the run ended before protocol.rounds (privacy.max_epsilon), or None; `rounds` then counts those run
     stopped_early: str | None = None
-    # the mean accuracy's rise over the last third of the rounds and since the first evaluated
-    # round (diagnostics/curve_trend.py: whether the curve had flattened); NaN when too short
-    late_rise: float = float("nan")
-    total_rise: float = float("nan")
-    late_rise_error: float = float("nan")
+    # how the mean accuracy moved over the rounds logged, resumed ones included
+    # (diagnostics/curve_trend.py: whether the curve had flattened)
+    curve: CurveRises = NO_CURVE
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -577,7 +575,6 @@ def _run_rounds(
 
         spent = spent_record(prepared.privacy, backend.call("privacy_releases"), rounds_run, stopped_early)
         update_manifest(run_dir, **{PRIVACY_RECORD: {**privacy_record(prepared.privacy), **spent}})
-    late_rise, total_rise, late_rise_error = curve_rises(_accuracy_curve(run_dir))
     return RunSummary(
         run_dir=run_dir,
         rounds=rounds_run,
@@ -586,19 +583,8 @@ def _run_rounds(
         elapsed_s=time.perf_counter() - started,
         scored_on="validation" if scenario.partition.validation_fraction is not None else "test",
         stopped_early=stopped_early,
-        late_rise=late_rise,
-        total_rise=total_rise,
-        late_rise_error=late_rise_error,
+        curve=curve_rises(rounds_curve(read_table(run_dir, "rounds").to_pylist())),
     )
-
-
-def _accuracy_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """(round, mean client accuracy) of every evaluated round the run logged, resumed rounds included."""
-    return [
-        (int(row["round"]), float(row["mean_accuracy"]))
-        for row in read_table(run_dir, "rounds").to_pylist()
-        if row.get("evaluated") and row.get("mean_accuracy") is not None
-    ]
 
 
 def _resume_from_checkpoint(

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hdcfl_ray.config.schema import Scenario
-from hdcfl_ray.diagnostics.curve_trend import still_rising
+from hdcfl_ray.diagnostics.curve_trend import NO_CURVE
 from hdcfl_ray.plain_text import plain_text
 
 
@@ -134,11 +134,10 @@ class LiveView:
         stopped = getattr(summary, "stopped_early", None)
         if stopped:  # privacy.max_epsilon ended the run before protocol.rounds
             self.console.print(f"stopped at the privacy budget after round {summary.rounds}: {stopped}", highlight=False)
-        late, total = getattr(summary, "late_rise", math.nan), getattr(summary, "total_rise", math.nan)
-        if still_rising([late], [total], [getattr(summary, "late_rise_error", math.nan)]):
+        notice = getattr(summary, "curve", NO_CURVE).notice()
+        if notice:
             self.console.print(
-                f"the mean accuracy was still rising when the run stopped: +{100 * late:.1f} pp over the last third of the "
-                "rounds; its final numbers are not where it converges (more rounds: protocol.rounds; docs/results.md)",
+                f"{notice}; its final numbers are not where it converges (more rounds: protocol.rounds; docs/results.md)",
                 style="yellow",
                 highlight=False,
             )

@@ -8,7 +8,6 @@ called from the sweep's worker threads; the view serialises them."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from hdcfl_ray.diagnostics.curve_trend import still_rising
+from hdcfl_ray.diagnostics.curve_trend import NO_CURVE
 from hdcfl_ray.terminal.live_view import note_line
 
 FINISHED = ("completed", "skipped", "failed", "stopped", "settings changed")
@@ -177,9 +176,9 @@ class RunObserver:
         self.view._on_round(self.key, round_row)
 
     def on_finish(self, summary: Any) -> None:
-        rises = [getattr(summary, name, math.nan) for name in ("late_rise", "total_rise", "late_rise_error")]
-        if still_rising(*([value] for value in rises)):
-            self.on_notice(f"the mean accuracy was still rising when the run stopped: +{100 * rises[0]:.1f} pp over the last third of the rounds")
+        notice = getattr(summary, "curve", NO_CURVE).notice()
+        if notice:
+            self.on_notice(notice)
 
     def on_notice(self, text: str) -> None:
         with self.view.lock:
