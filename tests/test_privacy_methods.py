@@ -1,5 +1,6 @@
 """The methods that accept a privacy section: what leaves a client is a clipped update
-(and HDC-FL's unit-norm head sketch at a refresh, FedSoft's importance weights), never a
+(and HDC-FL's unit-norm head sketch at a refresh, FedSoft's importance weights, FedCE's
+shares), never a
 model, an encoder or a head (Local sends nothing at all);
 a round's mechanism is what docs/privacy.md says; a stopped run resumes to the
 uninterrupted run's bits; the methods without a rule refuse (exit 2)."""
@@ -26,12 +27,13 @@ from tests.stop_observer import resume_after_a_stop
 
 pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
 
-PRIVATE_METHODS = ("fedavg", "fedavg_se", "hdcfl", "ifca", "fedprox", "local", "fedrep", "fedbabu", "ditto", "apfl", "fedala", "fedsoft")
+PRIVATE_METHODS = ("fedavg", "fedavg_se", "hdcfl", "ifca", "fedprox", "local", "fedrep", "fedbabu", "ditto", "apfl", "fedala", "fedsoft", "fedce")
 # besides the within-clip bit: IFCA's chosen cluster and HDC-FL's unit-norm head sketch (docs/privacy.md);
 # FedSoft's importance weights u_k, which the server uses only as the weights of the client's
 # update and count in the one noised release, scaled to sum to at most one there, so the
-# release's sensitivity holds whatever a client sends
-ALLOWED_VALUES = {WITHIN_CLIP, "cluster", "head_sketch", "importance"}
+# release's sensitivity holds whatever a client sends; FedCE's shares of the components it trained,
+# used the same way
+ALLOWED_VALUES = {WITHIN_CLIP, "cluster", "head_sketch", "importance", "shares"}
 # the methods whose head never leaves the client (or, FedBABU, is the public h_0): an encoder update only
 ENCODER_ONLY = {"fedavg_se", "hdcfl", "fedrep", "fedbabu"}
 CLIP = 0.5
@@ -39,7 +41,7 @@ CLIP = 0.5
 
 def private(method: str, rounds: int = 3, **privacy: object) -> dict:
     return tiny_scenario(
-        algorithm={"name": method, "ifca": {"clusters": 2}, "fedsoft": {"centers": 2}},
+        algorithm={"name": method, "ifca": {"clusters": 2}, "fedsoft": {"centers": 2}, "fedce": {"clusters": 2, "temperature": 2.0}},
         privacy={"noise_multiplier": 1.0, "clip": CLIP, "noise_cohort_size": 500, **privacy},
         protocol={"rounds": rounds, "participation": 4},
         runtime={"backend": "local", "num_cpus": 1},
@@ -69,9 +71,18 @@ def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp
         if method == "local":  # shares nothing: counts only
             assert not upload.models and not upload.values
             continue
-        # one clipped update, or (FedSoft) one per centre, each its model minus that centre's
-        expected_keys = {group_update_key(s) for s in range(2)} if method == "fedsoft" else {UPDATE}
-        assert set(upload.models) == expected_keys, upload.models.keys()
+        # one clipped update, or (FedSoft) one per centre, each its model minus that centre's,
+        # or (FedCE) one per component the client trained, its trained copy minus the component
+        if method == "fedsoft":
+            assert set(upload.models) == {group_update_key(s) for s in range(2)}, upload.models.keys()
+        elif method == "fedce":
+            assert upload.models and set(upload.models) <= {group_update_key(s) for s in range(2)}, upload.models.keys()
+            shares = np.asarray(upload.values["shares"])
+            assert shares.shape == (2,) and 0.0 < shares.sum() <= 1.0 + 1e-9
+            # a share for exactly the components it sends an update of
+            assert {group_update_key(s) for s in np.flatnonzero(shares > 0)} == set(upload.models)
+        else:
+            assert set(upload.models) == {UPDATE}, upload.models.keys()
         assert set(upload.values) <= ALLOWED_VALUES, upload.values.keys()
         for update in upload.models.values():
             assert isinstance(update, ModelParams)
@@ -88,6 +99,8 @@ def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp
         assert any("head_sketch" in upload.values for upload in seen)
     if method == "fedsoft":
         assert all("importance" in upload.values for upload in seen)
+    if method == "fedce":
+        assert all("mixing" not in upload.values and "mass" not in upload.values for upload in seen)
 
 
 CLASSES = {
@@ -103,6 +116,7 @@ CLASSES = {
     "apfl": "APFL",
     "fedala": "FedALA",
     "fedsoft": "FedSoft",
+    "fedce": "FedCE",
 }
 
 
@@ -112,7 +126,7 @@ def _method_class(method: str) -> type:
     return getattr(importlib.import_module(f"hdcfl_ray.algorithms.{method}"), CLASSES[method])
 
 
-@pytest.mark.parametrize("method", ("hdcfl", "ifca", "fedsoft", "fedrep"))
+@pytest.mark.parametrize("method", ("hdcfl", "ifca", "fedsoft", "fedrep", "fedce"))
 def test_a_private_run_resumes_to_the_uninterrupted_runs_bits(method: str, tmp_path) -> None:
     scenario = build_scenario(private(method, rounds=4, adaptive_clip={"count_noise_multiplier": 5.0}))
     resume_after_a_stop(scenario, tmp_path, stop_after=2)

@@ -53,6 +53,15 @@ verified reproduction:
   one FedAvg starts from) and components 1..S-1 from independently seeded
   models (symmetry breaking, logged at round 1).
 
+Under privacy (docs/privacy.md, "FedCE") a client sends, for every component it trained,
+the clipped update of that component (its trained copy minus the component it
+downloaded) and its shares m_{k,s} / n_k (zero for the components it did not train; they
+sum to at most one). Every component's share-weighted sum of its updates with its
+share-weighted count is one noised release (`released_per_group_means`, as FedSoft's
+centres), so component s moves by the noised share-weighted mean of the clipped updates:
+each client counts once in all, by its shares, instead of by its soft counts (n_k stays on
+the client). pi_k never leaves the client.
+
 With S = 1 pi_k = (1) and every responsibility is exactly 1 (whatever T), training runs
 unweighted and the single model is scored directly, so FedCE is FedAvg bit for
 bit. Cost: S forward passes over the training set per local update and per
@@ -72,8 +81,23 @@ from pydantic import Field
 from hdcfl_ray.maths.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
+from hdcfl_ray.algorithms.private_updates import WITHIN_CLIP, ClipState, clipped_update, group_update_key, next_round_clip, released_per_group_means, shifted
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
-from hdcfl_ray.contract import AutoKnob, doubled_count, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, RoundNotes, RunInfo, Section, Upload
+from hdcfl_ray.contract import (
+    AutoKnob,
+    doubled_count,
+    ClientContext,
+    ClientTask,
+    EvalResult,
+    MethodSpec,
+    ModelParams,
+    PrivacyRule,
+    ResolvedPrivacy,
+    RoundNotes,
+    RunInfo,
+    Section,
+    Upload,
+)
 
 
 class FedCEParams(Section):
@@ -205,6 +229,12 @@ def aggregate_components(components: list[ModelParams], uploads: list[Upload]) -
 class FedCEState:
     components: list[ModelParams]
     server_moments: ServerMoments = field(default_factory=dict)  # protocol.server_optimizer's state, per component
+    clip: ClipState | None = None  # under privacy: the clip the clients use this round
+
+
+# Upload.values key under privacy: the client's share m_{k,s} / n_k of each component it trained
+# (0 for the others), the weights of its updates in the release
+SHARES = "shares"
 
 
 @dataclass(frozen=True)
@@ -219,7 +249,9 @@ class FedCE(AlgorithmDefaults):
 
     def __init__(self, params: FedCEParams, run: RunInfo) -> None:
         self.params = params
+        self.seed = run.seed
         self.server_optimizer = run.server_optimizer
+        self.privacy: ResolvedPrivacy | None = run.privacy
         self.count = params.clusters
         # component 0 is the shared initial model; the others need their own seeds
         self.independent_inits = params.clusters - 1
@@ -229,15 +261,22 @@ class FedCE(AlgorithmDefaults):
     def init_server(self, initial: ModelParams, independent: list[ModelParams], num_clients: int) -> FedCEState:
         if len(independent) != self.count - 1:
             raise ValueError(f"FedCE needs {self.count - 1} independent initialisations, got {len(independent)}")
-        return FedCEState(components=[copy_model(initial)] + [copy_model(model) for model in independent])
+        return FedCEState(
+            components=[copy_model(initial)] + [copy_model(model) for model in independent],
+            clip=None if self.privacy is None else ClipState(self.privacy.clip),
+        )
 
     def broadcast(self, state: FedCEState, round_index: int) -> dict[str, Any]:
         return {name: model for name, model in zip(self.names, state.components)}
 
     def training_task(self, state: FedCEState, round_index: int, client_id: int) -> ClientTask:
+        if state.clip is not None:
+            return ClientTask(models=self.names, payload={"clip": state.clip.clip})
         return ClientTask(models=self.names)
 
     def aggregate(self, state: FedCEState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        if self.privacy is not None and state.clip is not None:
+            return self._aggregate_private(self.privacy, state, state.clip, round_index, uploads)
         ordered = sorted(uploads, key=lambda u: u.client_id)
         averaged, masses = aggregate_components(state.components, ordered)
         trained = {s for s, mass in enumerate(masses) if mass > 0.0}  # aggregate_components leaves the others unchanged
@@ -256,6 +295,29 @@ class FedCE(AlgorithmDefaults):
             f"trained by {trainers} clients (components with 0 unchanged)"
         )
         return RoundNotes(events=tuple(events))
+
+    def _aggregate_private(self, privacy: ResolvedPrivacy, state: FedCEState, clip: ClipState, round_index: int, uploads: list[Upload]) -> RoundNotes:
+        """Every component's noised share-weighted sum of the clipped updates with its noised
+        share-weighted count, one release; a component whose noised count is below
+        privacy.min_group_size keeps its weights. Only the noised counts are logged."""
+        members = [(np.asarray(upload.values[SHARES], dtype=np.float64), upload) for upload in uploads]
+        release = released_per_group_means(
+            privacy, clip.clip, members, self.count, state.components[0], with_head=True, seed=self.seed, round_index=round_index
+        )
+        moved = [component if mean is None else shifted(component, mean) for component, mean in zip(state.components, release.means)]
+        reached = {s for s, mean in enumerate(release.means) if mean is not None}
+        state.components = server_step_clusters(self.server_optimizer, state.server_moments, state.components, moved, reached)
+        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
+        events: list[str] = []
+        if round_index == 1:
+            events.append(
+                f"fedce under privacy: {self.count} components (component 0 from the shared initial model, the others "
+                "independently seeded); component s moves by the noised share-weighted mean of the clipped updates of the "
+                "clients that trained it; the mixing weights stay on the clients"
+            )
+        counts = ", ".join(f"{count:.1f}" for count in release.counts)
+        events.append(f"fedce round {round_index}: noised component weights [{counts}]")
+        return RoundNotes(releases=(privacy.release(),), events=tuple(events))
 
     def evaluation_task(self, state: FedCEState, round_index: int, client_id: int, final: bool) -> ClientTask:
         return ClientTask(models=self.names)
@@ -291,6 +353,9 @@ class FedCE(AlgorithmDefaults):
             trained[self.names[s]] = ctx.snapshot()
             loss += stats.mean_loss * float(mass[s]) / num_samples  # the expected loss under r
             steps += stats.steps
+        if "clip" in task.payload:
+            upload = self._private_upload(ctx.client_id, models, trained, mass, num_samples, loss, steps, float(task.payload["clip"]))
+            return upload, FedCEClient(mixing=mixing)
         upload = Upload(
             client_id=ctx.client_id,
             num_samples=num_samples,
@@ -300,6 +365,39 @@ class FedCE(AlgorithmDefaults):
             values={"mass": mass, "mixing": mixing},
         )
         return upload, FedCEClient(mixing=mixing)
+
+    def _private_upload(
+        self,
+        client_id: int,
+        models: list[ModelParams],
+        trained: Mapping[str, ModelParams],
+        mass: np.ndarray,
+        num_samples: int,
+        loss: float,
+        steps: int,
+        clip: float,
+    ) -> Upload:
+        """Under privacy: each trained component's clipped update against the component the
+        client downloaded, with the client's share of each (0 where it trained none); the
+        trained models, pi_k and the soft counts stay on the client."""
+        updates: dict[str, ModelParams] = {}
+        shares = np.zeros(self.count)
+        largest = 0.0
+        for s, name in enumerate(self.names):
+            if name not in trained:
+                continue
+            update, norm = clipped_update(models[s], trained[name], clip, with_head=True)
+            updates[group_update_key(s)] = update
+            shares[s] = float(mass[s]) / num_samples
+            largest = max(largest, norm)
+        return Upload(
+            client_id=client_id,
+            num_samples=num_samples,
+            train_loss=loss,
+            steps=steps,
+            models=updates,
+            values={WITHIN_CLIP: int(largest <= clip), SHARES: shares},
+        )
 
     def evaluate(self, ctx: ClientContext, state: FedCEClient, task: ClientTask, objects: Mapping[str, Any], final: bool) -> EvalResult:
         from hdcfl_ray.training.scores import stats_from_probabilities  # imports torch: client side only
@@ -342,5 +440,11 @@ METHOD = MethodSpec(
     # as docs/calibration.md chose them by hand: S first (at T = 4), then T at the chosen S
     auto_knobs=(AutoKnob("clusters", (2, 4), counts_models=True, beyond=doubled_count), AutoKnob("temperature", (1.0, 2.0, 4.0), placeholder=4.0)),
     newcomer_rule="its membership by EM on its training data from uniform weights, and that ensemble of the components (FedCE's evaluation), untrained",
-    no_privacy_reason="a client uploads up to S component models with soft counts and its mixing weights, and their private release is not written",
+    privacy=PrivacyRule(
+        sends="the update of each component the client trained against the component it downloaded (encoder and head), "
+        "each clipped, with the client's share of each (summing to at most one): every component's share-weighted sum "
+        "with its weighted count, one noised release a round",
+        kept_on_client="the mixing weights pi_k, the soft counts and n_k (a client counts by its shares, not its samples); "
+        "the server uses the shares only inside the noised sums",
+    ),
 )
