@@ -125,11 +125,17 @@ def test_resume_after_a_stop_gives_the_uninterrupted_metrics_without_duplicate_r
         assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column
 
 
+# a run under client-level DP: its noise streams, its accountant's releases and its clip are
+# part of what must come back after a kill
+PRIVATE = {"noise_multiplier": 1.0, "clip": 0.5, "noise_cohort_size": 500}
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_session")
-def test_killing_the_simulate_process_and_resuming_matches_the_uninterrupted_run(tmp_path, write_scenario):
+@pytest.mark.parametrize("privacy", [None, PRIVATE], ids=["plain", "private"])
+def test_killing_the_simulate_process_and_resuming_matches_the_uninterrupted_run(tmp_path, write_scenario, privacy):
     """A real SIGKILL of `hdcfl-ray simulate` (it joins this session's Ray cluster,
-    so its actors die with it), then `--resume`."""
+    so its actors die with it), then `--resume`; under DP the epsilons too."""
     import os
     import signal
     import subprocess
@@ -142,7 +148,11 @@ def test_killing_the_simulate_process_and_resuming_matches_the_uninterrupted_run
 
     from cli import app
 
+    if privacy is not None:
+        pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
     data = tiny_scenario(protocol={"rounds": 6}, checkpoint={"every": 2}, algorithm={"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 2}})
+    if privacy is not None:
+        data["privacy"] = dict(privacy)
     path = write_scenario(data)
     reference = tmp_path / "reference"
     assert CliRunner().invoke(app, ["simulate", str(path), "--out", str(reference), "--quiet"]).exit_code == 0
@@ -172,7 +182,12 @@ def test_killing_the_simulate_process_and_resuming_matches_the_uninterrupted_run
     assert got.num_rows == ref.num_rows == 6 * 8
     for column in METRICS:
         assert got.column(column).to_pylist() == ref.column(column).to_pylist(), column
-    assert pq.read_table(killed / "rounds.parquet").column("round").to_pylist() == [1, 2, 3, 4, 5, 6]
+    rounds = pq.read_table(killed / "rounds.parquet").sort_by("round")
+    assert rounds.column("round").to_pylist() == [1, 2, 3, 4, 5, 6]
+    if privacy is not None:
+        epsilons = rounds.column("epsilon").to_pylist()
+        assert all(value is not None and value > 0 for value in epsilons)
+        assert epsilons == pq.read_table(reference / "rounds.parquet").sort_by("round").column("epsilon").to_pylist()
 
 
 # --- checkpoints that can be trusted after a crash ---------------------------------
