@@ -1,6 +1,6 @@
-"""Keeping a long comparison's finished runs in the repository: only completed runs
-are kept, without checkpoints; restoring fills in what the runs folder lacks; neither
-mixes runs made from two different pretrained weights files."""
+"""Keeping a long comparison's finished runs in the repository: completed runs are kept
+without checkpoints, and on request the stopped ones with theirs; restoring fills in what
+the runs folder lacks; neither mixes runs made from two different pretrained weights files."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ from tests.script_modules import REPOSITORY, load_script
 keep_runs = load_script(REPOSITORY / "scenarios" / "cpu" / "paper-size" / "keep_runs.py", "keep_runs")
 
 
-def write_run(root: Path, method: str, seed: int, status: str, weights_bytes: bytes = b"pool-a") -> Path:
+def write_run(root: Path, method: str, seed: int, status: str, weights_bytes: bytes = b"pool-a", rounds: int = 1) -> Path:
     run_dir = root / "setting" / method / f"seed{seed}"
-    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoint" / "arrays.npz").write_bytes(b"large")
-    (run_dir / "clients.parquet").mkdir()
+    (run_dir / "clients.parquet").mkdir(exist_ok=True)
     (run_dir / "clients.parquet" / "part-000001.parquet").write_bytes(b"rows")
+    (run_dir / "rounds.parquet").mkdir(exist_ok=True)
+    for round_index in range(1, rounds + 1):
+        (run_dir / "rounds.parquet" / f"part-{round_index:06d}.parquet").write_bytes(b"round")
+    (run_dir / ".lock").write_text("1234")
     digest = hashlib.sha256(weights_bytes).hexdigest()
     (run_dir / "manifest.json").write_text(json.dumps({"status": status, "initialisation": {"sha256": digest}}))
     return run_dir
@@ -71,3 +75,28 @@ def test_save_refuses_runs_from_other_weights_than_the_kept_file(tmp_path, capsy
     assert code == 2
     assert "started from other weights" in capsys.readouterr().err
     assert not kept.exists()
+
+
+def test_save_stopped_keeps_unfinished_runs_with_checkpoints_and_replaces_them_when_further_along(tmp_path):
+    runs, kept, weights = tmp_path / "runs" / "rot", tmp_path / "results" / "rot", tmp_path / "weights.pt"
+    write_run(runs, "ifca", 42, "running", rounds=30)
+    saved = keep_runs.save(runs, kept, weights, stopped=True)
+    assert saved == [kept / "setting" / "ifca" / "seed42"]
+    assert (saved[0] / "checkpoint" / "arrays.npz").read_bytes() == b"large"  # the next machine resumes from it
+    assert not (saved[0] / ".lock").exists()
+    assert keep_runs.save(runs, kept, weights, stopped=True) == []  # no further along: nothing copied
+    write_run(runs, "ifca", 42, "running", rounds=50)
+    assert keep_runs.save(runs, kept, weights, stopped=True) == saved
+    assert keep_runs.rounds_done(saved[0]) == 50
+    write_run(runs, "ifca", 42, "completed", rounds=90)
+    assert keep_runs.save(runs, kept, weights) == saved  # finished: replaces the stopped copy, without checkpoints
+    assert not (saved[0] / "checkpoint").exists()
+    assert keep_runs.save(runs, kept, weights, stopped=True) == []
+
+
+def test_restore_brings_back_a_kept_stopped_run_for_the_sweep_to_resume(tmp_path):
+    kept, runs, weights = tmp_path / "results" / "rot", tmp_path / "runs" / "rot", tmp_path / "weights" / "pool.pt"
+    write_run(kept, "ifca", 42, "running", rounds=30)
+    restored = keep_runs.restore(kept, runs, weights)
+    assert restored == [runs / "setting" / "ifca" / "seed42"]
+    assert (restored[0] / "checkpoint" / "arrays.npz").is_file()

@@ -4,12 +4,16 @@ next machine instead of starting over.
 
     python scenarios/cpu/paper-size/keep_runs.py save rot      # runs/paper-size-compare/rot -> results/paper-size/rot
     python scenarios/cpu/paper-size/keep_runs.py restore rot   # the reverse, for runs runs/ lacks
+    python scenarios/cpu/paper-size/keep_runs.py save rot --stopped   # also the stopped runs, with their checkpoints
 
 `save` copies every completed run (its manifest says "completed") without its
-checkpoints (only a killed run needs them; a kept run is a finished one), and the
-weights file the runs were initialised from. `restore` copies back the kept runs that
-the runs folder lacks and the kept weights file when weights/ lacks it; the sweep then
-skips them as complete. Both refuse to mix two pretrainings: runs made from weights
+checkpoints (only a killed run needs them), and the weights file the runs were
+initialised from. With `--stopped` it also keeps the runs that stopped before their last
+round, checkpoints and all, so that the next machine resumes them from their last
+checkpoint instead of round 1 (stop the sweep first: a run being written is not copied
+whole); a kept stopped run is replaced when a later save finds it further along.
+`restore` copies back the kept runs that the runs folder lacks and the kept weights file
+when weights/ lacks it; the sweep then skips the completed ones and resumes the stopped ones. Both refuse to mix two pretrainings: runs made from weights
 other than the kept file (their manifests record its sha256) stop the command with the
 fix, since one table over both would compare runs that did not start from the same
 encoder. `hdcfl-ray report results/paper-size/rot` reads the kept runs as it reads runs/.
@@ -32,17 +36,31 @@ class KeepError(Exception):
     """A user-fixable refusal: the message says what differs and what to do."""
 
 
-def completed_runs(folder: Path) -> list[Path]:
-    """Run folders under FOLDER (any depth) whose manifest says the run completed."""
-    runs = []
+_NOT_KEPT_STOPPED = (".checkpoint.tmp", ".checkpoint.discard", ".lock")
+
+
+def run_statuses(folder: Path) -> dict[Path, str]:
+    """Run folders under FOLDER (any depth) and their manifests' status ("completed", or
+    the status a stopped run left); a damaged manifest is neither."""
+    runs = {}
     for manifest in sorted(folder.rglob("manifest.json")):
         try:
             status = json.loads(manifest.read_text()).get("status")
         except (OSError, ValueError):
-            continue  # a damaged manifest is not a finished run
-        if status == "completed":
-            runs.append(manifest.parent)
+            continue
+        if isinstance(status, str):
+            runs[manifest.parent] = status
     return runs
+
+
+def completed_runs(folder: Path) -> list[Path]:
+    """Run folders under FOLDER (any depth) whose manifest says the run completed."""
+    return [run for run, status in run_statuses(folder).items() if status == "completed"]
+
+
+def rounds_done(run_dir: Path) -> int:
+    """The rounds a run has logged (its rounds table's part files, one per logged round)."""
+    return len(list((run_dir / "rounds.parquet").glob("part-*.parquet")))
 
 
 def weights_digest(run_dir: Path) -> str | None:
@@ -69,9 +87,12 @@ def check_one_pretraining(runs: list[Path], weights: Path) -> None:
         )
 
 
-def save(runs_folder: Path, kept_folder: Path, weights: Path) -> list[Path]:
-    """Copy RUNS_FOLDER's completed runs not yet kept into KEPT_FOLDER; return the new ones."""
-    runs = completed_runs(runs_folder)
+def save(runs_folder: Path, kept_folder: Path, weights: Path, stopped: bool = False) -> list[Path]:
+    """Copy RUNS_FOLDER's completed runs not yet kept into KEPT_FOLDER (and with `stopped`
+    the unfinished ones with their checkpoints, replacing a kept copy that is behind);
+    return the new ones."""
+    statuses = run_statuses(runs_folder)
+    runs = [run for run, status in statuses.items() if status == "completed" or stopped]
     kept_weights = kept_folder.parent / WEIGHTS_NAME
     check_one_pretraining(runs, kept_weights if kept_weights.is_file() else weights)
     if not kept_weights.is_file() and weights.is_file() and any(weights_digest(run) for run in runs):
@@ -80,11 +101,15 @@ def save(runs_folder: Path, kept_folder: Path, weights: Path) -> list[Path]:
     saved = []
     for run in runs:
         target = kept_folder / run.relative_to(runs_folder)
-        if (target / "manifest.json").is_file():
+        kept_status = run_statuses(target).get(target) if target.is_dir() else None
+        if kept_status == "completed":
             continue
+        finished = statuses[run] == "completed"
+        if kept_status is not None and not finished and rounds_done(run) <= rounds_done(target):
+            continue  # the kept stopped copy is as far along
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(run, target, ignore=shutil.ignore_patterns(*_NOT_KEPT))
+        shutil.copytree(run, target, ignore=shutil.ignore_patterns(*(_NOT_KEPT if finished else _NOT_KEPT_STOPPED)))
         saved.append(target)
     return saved
 
@@ -103,7 +128,7 @@ def restore(kept_folder: Path, runs_folder: Path, weights: Path) -> list[Path]:
             weights.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(kept_weights, weights)
     restored = []
-    for run in completed_runs(kept_folder) if kept_folder.is_dir() else []:
+    for run in run_statuses(kept_folder) if kept_folder.is_dir() else []:
         target = runs_folder / run.relative_to(kept_folder)
         if target.exists():
             continue  # a run on disk (finished, killed or newer) is the sweep's to judge
@@ -119,11 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs/paper-size-compare"), help="the comparison's runs folder")
     parser.add_argument("--kept", type=Path, default=Path("results/paper-size"), help="where kept runs live in the repository")
     parser.add_argument("--weights", type=Path, default=Path("weights") / WEIGHTS_NAME, help="the pretrained weights file")
+    parser.add_argument(
+        "--stopped", action="store_true", help="save: also keep the runs that stopped before their last round, with their checkpoints (stop the sweep first)"
+    )
     args = parser.parse_args(argv)
     runs_folder, kept_folder = args.runs / args.form, args.kept / args.form
     try:
         if args.action == "save":
-            moved = save(runs_folder, kept_folder, args.weights)
+            moved = save(runs_folder, kept_folder, args.weights, stopped=args.stopped)
         else:
             moved = restore(kept_folder, runs_folder, args.weights)
     except KeepError as exc:
