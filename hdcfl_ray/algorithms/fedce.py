@@ -81,7 +81,7 @@ from pydantic import Field
 from hdcfl_ray.maths.aggregate import weighted_average, weighted_average_model
 from hdcfl_ray.algorithms.cluster_models import cluster_object_name, cluster_object_names, copy_model, models_from_objects
 from hdcfl_ray.algorithms.defaults import AlgorithmDefaults
-from hdcfl_ray.algorithms.private_updates import WITHIN_CLIP, ClipState, clipped_update, group_update_key, next_round_clip, released_per_group_means, shifted
+from hdcfl_ray.algorithms.private_updates import WITHIN_CLIP, ClipState, clipped_update, group_update_key, stepped_by_soft_release
 from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.contract import (
     AutoKnob,
@@ -301,13 +301,9 @@ class FedCE(AlgorithmDefaults):
         share-weighted count, one release; a component whose noised count is below
         privacy.min_group_size keeps its weights. Only the noised counts are logged."""
         members = [(np.asarray(upload.values[SHARES], dtype=np.float64), upload) for upload in uploads]
-        release = released_per_group_means(
-            privacy, clip.clip, members, self.count, state.components[0], with_head=True, seed=self.seed, round_index=round_index
+        state.components, release = stepped_by_soft_release(
+            privacy, clip, members, state.components, self.server_optimizer, state.server_moments, uploads, self.seed, round_index
         )
-        moved = [component if mean is None else shifted(component, mean) for component, mean in zip(state.components, release.means)]
-        reached = {s for s, mean in enumerate(release.means) if mean is not None}
-        state.components = server_step_clusters(self.server_optimizer, state.server_moments, state.components, moved, reached)
-        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
         events: list[str] = []
         if round_index == 1:
             events.append(

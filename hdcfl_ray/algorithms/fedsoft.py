@@ -65,7 +65,7 @@ from hdcfl_ray.maths.server_optimizer import ServerMoments, server_step_clusters
 from hdcfl_ray.algorithms.fedsoft_centres import kept_copy, soft_centres, starting_models
 from hdcfl_ray.algorithms.fedsoft_importance import argmin_counts, importance_weights, select_per_centre, server_weights
 from hdcfl_ray.algorithms.newcomer_training import fine_tuned
-from hdcfl_ray.algorithms.private_updates import WITHIN_CLIP, ClipState, clipped_update, group_update_key, next_round_clip, released_per_group_means, shifted
+from hdcfl_ray.algorithms.private_updates import WITHIN_CLIP, ClipState, clipped_update, group_update_key, stepped_by_soft_release
 from hdcfl_ray.algorithms.proximal import proximal_regulariser
 from hdcfl_ray.contract import AutoKnob, doubled_count, tenfold, ClientContext, ClientTask, EvalResult, MethodSpec, ModelParams, PrivacyRule, ResolvedPrivacy, RoundNotes, RunInfo, Section, Upload
 from hdcfl_ray.errors import ScenarioError
@@ -283,13 +283,9 @@ class FedSoft(AlgorithmDefaults):
         u-weighted count, one release; a centre whose noised count is below
         privacy.min_group_size keeps its value. Only the noised counts are logged."""
         members = [(np.asarray(upload.values[IMPORTANCE], dtype=np.float64), upload) for upload in uploads]
-        release = released_per_group_means(
-            privacy, clip.clip, members, self.params.centers, state.centres[0], with_head=True, seed=self.seed, round_index=round_index
+        state.centres, release = stepped_by_soft_release(
+            privacy, clip, members, state.centres, self.server_optimizer, state.server_moments, uploads, self.seed, round_index
         )
-        moved = [centre if mean is None else shifted(centre, mean) for centre, mean in zip(state.centres, release.means)]
-        reached = {s for s, mean in enumerate(release.means) if mean is not None}
-        state.centres = server_step_clusters(self.server_optimizer, state.server_moments, state.centres, moved, reached)
-        clip.clip = next_round_clip(privacy, clip, uploads, self.seed, round_index)
         events: list[str] = []
         if round_index == 1:
             events.append(

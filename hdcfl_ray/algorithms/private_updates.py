@@ -24,6 +24,7 @@ import numpy as np
 
 from hdcfl_ray import seeding
 from hdcfl_ray.contract import ModelParams, ResolvedPrivacy, Upload
+from hdcfl_ray.maths.server_optimizer import ServerMoments, ServerOptimizerConfig, server_step_clusters
 from hdcfl_ray.privacy.adaptive_clipping import AdaptiveClip, next_clip, noisy_unclipped_fraction
 from hdcfl_ray.privacy.clipping import clip_parts
 from hdcfl_ray.privacy.gaussian_sum import noised_sum, private_mean
@@ -250,3 +251,27 @@ def next_round_clip(privacy: ResolvedPrivacy, state: ClipState, uploads: Sequenc
         count_noise_multiplier=adaptive.count_noise_std,
     )
     return float(next_clip(rule, fraction))
+
+
+def stepped_by_soft_release(
+    privacy: ResolvedPrivacy,
+    clip: ClipState,
+    members: Sequence[tuple[np.ndarray, Upload]],
+    models: Sequence[ModelParams],
+    server_optimizer: ServerOptimizerConfig,
+    moments: ServerMoments,
+    uploads: Sequence[Upload],
+    seed: int,
+    round_index: int,
+) -> tuple[list[ModelParams], GroupRelease]:
+    """One round of a soft-membership method's server under privacy (FedSoft's centres,
+    FedCE's components): the full models move by `released_per_group_means` of the
+    weighted clipped updates, through the server optimiser; a model whose noised count is
+    below the minimum group size keeps its weights; the clip steps for the next round.
+    Returns the new models and the release (its noised counts are what the events show)."""
+    release = released_per_group_means(privacy, clip.clip, members, len(models), models[0], with_head=True, seed=seed, round_index=round_index)
+    moved = [model if mean is None else shifted(model, mean) for model, mean in zip(models, release.means)]
+    reached = {index for index, mean in enumerate(release.means) if mean is not None}
+    stepped = server_step_clusters(server_optimizer, moments, list(models), moved, reached)
+    clip.clip = next_round_clip(privacy, clip, uploads, seed, round_index)
+    return stepped, release
