@@ -17,6 +17,7 @@ from rich.text import Text
 from hdcfl_ray.config.schema import Scenario
 from hdcfl_ray.diagnostics.curve_trend import NO_CURVE
 from hdcfl_ray.plain_text import plain_text
+from hdcfl_ray.terminal.event_lines import condensed_events
 
 
 def _pct(value: Any) -> str:
@@ -105,7 +106,7 @@ class LiveView:
             self.console.print(f"resuming after round {count}")
 
     def on_round(self, round_row: dict[str, Any], refresh_row: dict[str, Any] | None, events: list[str]) -> None:
-        for message in events:
+        for message in condensed_events(events):
             self.console.print(f"[dim]round {round_row['round']}:[/] {message}", highlight=False)
         if round_row.get("evaluated"):
             self.last_evaluated = round_row
