@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,8 @@ def test_save_refuses_runs_from_other_weights_than_the_kept_file(tmp_path, capsy
 def test_save_stopped_keeps_unfinished_runs_with_checkpoints_and_replaces_them_when_further_along(tmp_path):
     runs, kept, weights = tmp_path / "runs" / "rot", tmp_path / "results" / "rot", tmp_path / "weights.pt"
     write_run(runs, "ifca", 42, "running", rounds=30)
+    early = write_run(runs, "fedsoft", 42, "interrupted", rounds=5)
+    shutil.rmtree(early / "checkpoint")  # stopped before its first checkpoint: nothing to resume from
     saved = keep_runs.save(runs, kept, weights, stopped=True)
     assert saved == [kept / "setting" / "ifca" / "seed42"]
     assert (saved[0] / "checkpoint" / "arrays.npz").read_bytes() == b"large"  # the next machine resumes from it

@@ -92,7 +92,8 @@ def save(runs_folder: Path, kept_folder: Path, weights: Path, stopped: bool = Fa
     the unfinished ones with their checkpoints, replacing a kept copy that is behind);
     return the new ones."""
     statuses = run_statuses(runs_folder)
-    runs = [run for run, status in statuses.items() if status == "completed" or stopped]
+    # a stopped run is worth keeping once it has a checkpoint to resume from
+    runs = [run for run, status in statuses.items() if status == "completed" or (stopped and (run / "checkpoint").is_dir())]
     kept_weights = kept_folder.parent / WEIGHTS_NAME
     check_one_pretraining(runs, kept_weights if kept_weights.is_file() else weights)
     if not kept_weights.is_file() and weights.is_file() and any(weights_digest(run) for run in runs):
