@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdcfl_ray.terminal.event_lines import GROUP_FROM, client_ranges, condensed_events
+from hdcfl_ray.id_ranges import id_ranges, ranges_text
+from hdcfl_ray.terminal.event_lines import GROUP_FROM, condensed_events
 
 REJECTED = "update rejected (NaN/Inf); not aggregated"
 
@@ -22,9 +23,10 @@ def test_a_note_few_clients_share_keeps_a_line_each_and_other_notes_stay_apart()
     assert GROUP_FROM == 3
 
 
-def test_client_ranges_writes_runs() -> None:
-    assert client_ranges([8, 0, 2, 1, 5, 7]) == "0-2, 5, 7-8"
-    assert client_ranges([4]) == "4"
+def test_client_ids_are_written_as_runs() -> None:
+    assert id_ranges([8, 0, 2, 1, 5, 7, 7]) == [[0, 2], [5, 5], [7, 8]]
+    assert ranges_text(id_ranges([8, 0, 2, 1, 5, 7])) == "0-2, 5, 7-8"
+    assert ranges_text(id_ranges([4])) == "4"
 
 
 def _covered(lines: list[str]) -> set[tuple[int, str]]:

@@ -28,7 +28,7 @@ PRODUCT = (PACKAGE, ROOT / "analysis")  # installed product code: the package an
 # module places it, so a package can keep its lower modules on a lower floor.
 LAYERS: list[tuple[str, ...]] = [
     # values, errors and maths with no project dependency: what everything may use
-    ("hdcfl_ray.errors", "hdcfl_ray.plain_text", "hdcfl_ray.durable_files", "hdcfl_ray.seeding", "hdcfl_ray.host_memory", "hdcfl_ray.user_cache", "hdcfl_ray.contract",
+    ("hdcfl_ray.errors", "hdcfl_ray.plain_text", "hdcfl_ray.durable_files", "hdcfl_ray.seeding", "hdcfl_ray.host_memory", "hdcfl_ray.user_cache", "hdcfl_ray.id_ranges", "hdcfl_ray.contract",
      "hdcfl_ray.maths", "hdcfl_ray.privacy", "hdcfl_ray.diagnostics"),
     # HDC-FL's maths, the plugin registry, torch-only training pieces the methods use
     ("hdcfl_ray.plugins", "hdcfl_ray.hdcfl", "hdcfl_ray.training.tally", "hdcfl_ray.training.precision", "hdcfl_ray.training.scores"),

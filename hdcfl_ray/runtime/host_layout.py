@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from hdcfl_ray.config.schema import RuntimeConfig
 from hdcfl_ray.errors import ScenarioError
+from hdcfl_ray.id_ranges import id_ranges, ranges_text
 
 LAYOUT_RECORD = "host_layout"
 LAYOUT_CHANGES = "host_layout_changes"
@@ -40,14 +41,10 @@ ALLOW_OPTION = "--allow-layout-change"
 def host_blocks(client_hosts: Mapping[int, int]) -> list[list[list[int]]]:
     """Per host (in host order), the clients it holds as [first, last] ranges: a
     compact record even for a federation of 100,000 clients."""
-    hosts: dict[int, list[list[int]]] = {}
-    for client_id in sorted(client_hosts):
-        ranges = hosts.setdefault(client_hosts[client_id], [])
-        if ranges and ranges[-1][1] == client_id - 1:
-            ranges[-1][1] = client_id
-        else:
-            ranges.append([client_id, client_id])
-    return [hosts[host] for host in sorted(hosts)]
+    clients_of: dict[int, list[int]] = {}
+    for client_id, host in client_hosts.items():
+        clients_of.setdefault(host, []).append(client_id)
+    return [id_ranges(clients_of[host]) for host in sorted(clients_of)]
 
 
 def layout_record(client_hosts: Mapping[int, int], batched: bool) -> dict[str, Any]:
@@ -58,7 +55,7 @@ def layout_record(client_hosts: Mapping[int, int], batched: bool) -> dict[str, A
 
 def describe(record: Mapping[str, Any]) -> str:
     """'2 hosts: clients 0-9, 10-19' (long layouts shortened)."""
-    blocks = [", ".join(f"{first}" if first == last else f"{first}-{last}" for first, last in ranges) for ranges in record["clients"]]
+    blocks = [ranges_text(ranges) for ranges in record["clients"]]
     shown = "; ".join(blocks[:4]) + (f"; ... ({len(blocks) - 4} more)" if len(blocks) > 4 else "")
     return f"{record['hosts']} host{'' if record['hosts'] == 1 else 's'}: clients {shown}"
 

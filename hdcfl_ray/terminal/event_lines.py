@@ -9,39 +9,25 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from hdcfl_ray.id_ranges import id_ranges, ranges_text
+
 _PER_CLIENT = re.compile(r"^client (\d+): (.+)$", re.DOTALL)
 # fewer clients than this with the same note keep a line each
 GROUP_FROM = 3
-
-
-def client_ranges(clients: Sequence[int]) -> str:
-    """Sorted client ids as runs: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
-    ordered = sorted(set(clients))
-    runs: list[str] = []
-    start = previous = ordered[0]
-    for client in ordered[1:] + [None]:
-        if client is not None and client == previous + 1:
-            previous = client
-            continue
-        runs.append(str(start) if start == previous else f"{start}-{previous}")
-        if client is not None:
-            start = previous = client
-    return ", ".join(runs)
 
 
 def condensed_events(events: Sequence[str]) -> list[str]:
     """`events` with the per-client notes ("client N: note") that at least GROUP_FROM clients
     share folded into one line ("clients 0-19 (20): note") where the first of them stood;
     every other event as it was, in order."""
+    parsed = [(event, _PER_CLIENT.match(event)) for event in events]
     clients_by_note: dict[str, list[int]] = {}
-    for event in events:
-        match = _PER_CLIENT.match(event)
+    for _, match in parsed:
         if match:
             clients_by_note.setdefault(match.group(2), []).append(int(match.group(1)))
     lines: list[str] = []
     shown: set[str] = set()
-    for event in events:
-        match = _PER_CLIENT.match(event)
+    for event, match in parsed:
         if match is None or len(clients_by_note[match.group(2)]) < GROUP_FROM:
             lines.append(event)
             continue
@@ -49,5 +35,5 @@ def condensed_events(events: Sequence[str]) -> list[str]:
         if note not in shown:
             shown.add(note)
             clients = clients_by_note[note]
-            lines.append(f"clients {client_ranges(clients)} ({len(set(clients))}): {note}")
+            lines.append(f"clients {ranges_text(id_ranges(clients))} ({len(set(clients))}): {note}")
     return lines
