@@ -13,10 +13,10 @@ round, checkpoints and all, so that the next machine resumes them from their las
 checkpoint instead of round 1 (stop the sweep first: a run being written is not copied
 whole); a kept stopped run is replaced when a later save finds it further along.
 `restore` copies back the kept runs that the runs folder lacks and the kept weights file
-when weights/ lacks it; the sweep then skips the completed ones and resumes the stopped ones. Both refuse to mix two pretrainings: runs made from weights
-other than the kept file (their manifests record its sha256) stop the command with the
-fix, since one table over both would compare runs that did not start from the same
-encoder. `hdcfl-ray report results/paper-size/rot` reads the kept runs as it reads runs/.
+when weights/ lacks it; the sweep then skips the completed ones and resumes the stopped
+ones. Both refuse to mix two pretrainings: runs made from weights other than the kept
+file (their manifests record its sha256) stop the command with the fix, since one table
+over both would compare runs that did not start from the same encoder. `hdcfl-ray report results/paper-size/rot` reads the kept runs as it reads runs/.
 """
 
 from __future__ import annotations
@@ -39,18 +39,21 @@ class KeepError(Exception):
 _NOT_KEPT_STOPPED = (".checkpoint.tmp", ".checkpoint.discard", ".lock")
 
 
+def manifest_status(run_dir: Path) -> str | None:
+    """The status RUN_DIR's manifest records ("completed", or what a stopped run left);
+    None without a readable one."""
+    try:
+        status = json.loads((run_dir / "manifest.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, str) else None
+
+
 def run_statuses(folder: Path) -> dict[Path, str]:
-    """Run folders under FOLDER (any depth) and their manifests' status ("completed", or
-    the status a stopped run left); a damaged manifest is neither."""
-    runs = {}
-    for manifest in sorted(folder.rglob("manifest.json")):
-        try:
-            status = json.loads(manifest.read_text()).get("status")
-        except (OSError, ValueError):
-            continue
-        if isinstance(status, str):
-            runs[manifest.parent] = status
-    return runs
+    """Run folders under FOLDER (any depth) and their manifests' status; a damaged
+    manifest is no run."""
+    statuses = {manifest.parent: manifest_status(manifest.parent) for manifest in sorted(folder.rglob("manifest.json"))}
+    return {run: status for run, status in statuses.items() if status is not None}
 
 
 def completed_runs(folder: Path) -> list[Path]:
@@ -102,7 +105,7 @@ def save(runs_folder: Path, kept_folder: Path, weights: Path, stopped: bool = Fa
     saved = []
     for run in runs:
         target = kept_folder / run.relative_to(runs_folder)
-        kept_status = run_statuses(target).get(target) if target.is_dir() else None
+        kept_status = manifest_status(target)
         if kept_status == "completed":
             continue
         finished = statuses[run] == "completed"
