@@ -9,14 +9,15 @@ next machine instead of starting over.
 `save` copies every completed run (its manifest says "completed") without its
 checkpoints (only a killed run needs them), and the weights file the runs were
 initialised from. With `--stopped` it also keeps the runs that stopped before their last
-round, checkpoints and all, so that the next machine resumes them from their last
+round once they have a checkpoint, checkpoints and all, so that the next machine resumes them from their last
 checkpoint instead of round 1 (stop the sweep first: a run being written is not copied
 whole); a kept stopped run is replaced when a later save finds it further along.
 `restore` copies back the kept runs that the runs folder lacks and the kept weights file
 when weights/ lacks it; the sweep then skips the completed ones and resumes the stopped
 ones. Both refuse to mix two pretrainings: runs made from weights other than the kept
 file (their manifests record its sha256) stop the command with the fix, since one table
-over both would compare runs that did not start from the same encoder. `hdcfl-ray report results/paper-size/rot` reads the kept runs as it reads runs/.
+over both would compare runs that did not start from the same encoder.
+`hdcfl-ray report results/paper-size/rot` reads the kept runs as it reads runs/.
 """
 
 from __future__ import annotations
