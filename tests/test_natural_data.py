@@ -371,3 +371,44 @@ def test_text_download_reads_with_load_dataset(corpora, tmp_path, monkeypatch):
     assert np.array_equal(fetched.train_images, local.train_images) and np.array_equal(fetched.train_ids, local.train_ids)
     with pytest.raises(ScenarioError, match="download: true"):
         load_dataset(DatasetConfig(**common, hub_id="flwrlabs/shakespeare"), 0, "character_id")
+
+
+# ---- planted groups read off the ids (partition.group_pattern) ---------------------------------
+
+
+def test_group_pattern_gives_each_client_the_play_of_its_role(corpora):
+    prepared = prepare_run(_scenario("shakespeare", corpora, partition__group_pattern=r"^(PLAY\d+)_"))
+    dataset, partition = prepared.dataset, prepared.partition
+    plays = sorted({name.split("_")[0] for name in dataset.id_names})
+    for client in partition.clients:
+        owner = dataset.id_names[int(dataset.train_ids[client.train_indices][0])]
+        assert client.true_group == plays.index(owner.split("_")[0])
+    assert len(set(partition.true_groups().tolist())) > 1
+    without = prepare_run(_scenario("shakespeare", corpora)).partition
+    assert without.true_groups() is None  # the text source knows no groups of its own
+
+
+def test_whole_match_names_the_group_without_a_capture_group(corpora):
+    with_group = prepare_run(_scenario("shakespeare", corpora, partition__group_pattern=r"^(PLAY\d+)_")).partition
+    whole = prepare_run(_scenario("shakespeare", corpora, partition__group_pattern=r"^PLAY\d+")).partition
+    assert np.array_equal(with_group.true_groups(), whole.true_groups())
+
+
+def test_a_pattern_missing_an_id_names_the_key_and_the_id(corpora):
+    message = _refused(_scenario("shakespeare", corpora, partition__group_pattern=r"^ACT\d+"))
+    assert "partition.group_pattern" in message and "'PLAY" in message and "character_id" in message
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"kind": "iid", "partition_by": None, "num_clients": 8}, "natural_id"),
+        ({"group_pattern": "(PLAY"}, "not a regular expression"),
+        ({"group_pattern": r"(PLAY)(\d+)"}, "2 capture groups"),
+    ],
+)
+def test_a_bad_group_pattern_is_refused_with_the_fix(changes, words):
+    raw = {"kind": "natural_id", "partition_by": "character_id", "group_pattern": r"^(PLAY\d+)_", **changes}
+    with pytest.raises(ValueError) as caught:
+        PartitionConfig(**raw)
+    assert "group_pattern" in str(caught.value) and words in str(caught.value)

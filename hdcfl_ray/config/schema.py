@@ -7,6 +7,7 @@ in `hdcfl_ray.data.partitions.checks`; this module checks what a file alone can.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -223,6 +224,12 @@ class PartitionConfig(PluginSections):
         "user); leaf_json: users; shakespeare_plays: role. The source reads it, and a plugin partition receives it too",
     )
     ids_per_client: int = Field(1, ge=1, description="natural_id: ids (writers, roles) each client holds")
+    group_pattern: str | None = Field(
+        None,
+        description="natural_id: a regular expression read off each id whose first capture group (or whole match) "
+        "names the id's planted group, e.g. '^(PLAY\\d+)_' for the play of a stand-in role; clustered methods' "
+        "groupings are then scored against it (ARI). null = the source's own groups (the plays' play), or none",
+    )
     k: int | None = Field(None, ge=1, description="label_subset (required there): exactly k classes per client")
     label_assignment: Literal["niid_bench", "windows"] = Field(
         "niid_bench",
@@ -339,6 +346,8 @@ class PartitionConfig(PluginSections):
                 "partition.partition_by is required when partition.kind is natural_id: the column of who made each "
                 "sample (e.g. writer_id for FEMNIST, character_id for Shakespeare; users for leaf_json)"
             )
+        if self.group_pattern is not None and self.kind != "natural_id":
+            raise ValueError(f"partition.group_pattern groups the ids of a natural_id partition; remove it for {self.kind}")
         if self.kind == "natural_id" and self.test_per_client is not None:
             raise ValueError(
                 "partition.test_per_client: natural_id tests each client on the held-out samples of its own ids; "
@@ -384,6 +393,18 @@ class PartitionConfig(PluginSections):
     @classmethod
     def _known_transform(cls, value: str) -> str:
         return _check_name("transforms", "a transform", value)
+
+    @field_validator("group_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                compiled = re.compile(value)
+            except re.error as error:
+                raise ValueError(f"not a regular expression ({error}); e.g. '^(PLAY\\d+)_' takes the text before the first _") from None
+            if compiled.groups > 1:
+                raise ValueError(f"{compiled.groups} capture groups; use one, which names the group (or none: the whole match)")
+        return value
 
 
 BUILTIN_ENCODERS = ("small_cnn", "resnet18_cifar", "mobilenet_v2", "niid_cnn", "leaf_femnist_cnn", "char_lstm", "leaf_lstm")

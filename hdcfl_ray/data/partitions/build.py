@@ -9,6 +9,7 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.data.partitions.client_data import ClientData, Partition
+from hdcfl_ray.data.partitions.id_groups import groups_from_pattern
 from hdcfl_ray.data.partitions.test_split import allocate_test_counts, draw_client_test_indices, indices_by_class
 from hdcfl_ray.contract.data import SampleIds
 from hdcfl_ray.data.dataset import ImageDataset
@@ -152,7 +153,10 @@ def _split_train(config: PartitionConfig, labels: np.ndarray, rng: np.random.Gen
 
 def partition_dataset(config: PartitionConfig, dataset: ImageDataset, seed: int) -> Partition:
     """`build_partition` over a loaded dataset, with who made each sample when it knows."""
-    return build_partition(config, dataset.train_labels, dataset.test_labels, dataset.num_classes, seed, ids=sample_ids(dataset))
+    ids = sample_ids(dataset)
+    if ids is not None and config.group_pattern is not None:
+        ids = groups_from_pattern(ids, config.group_pattern, config.partition_by or "ids")
+    return build_partition(config, dataset.train_labels, dataset.test_labels, dataset.num_classes, seed, ids=ids)
 
 
 def sample_ids(dataset: ImageDataset) -> SampleIds | None:
