@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -16,6 +17,12 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 # GPU check gives the cuda suite a fixed budget, and a test cut off by the step's SIGTERM
 # would read as a failure (a run stops on SIGTERM), while one skipped here reads as not run.
 DEADLINE_ENV = "HDCFL_TEST_DEADLINE"
+
+# Tests whose run computes an epsilon need Opacus's accountant (the dp extra); the README's test
+# command installs only the test extra, so they skip there with the command that adds it.
+needs_accountant = pytest.mark.skipif(
+    importlib.util.find_spec("opacus") is None, reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'"
+)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -12,6 +12,7 @@ import pytest
 from benchmarks import privacy_cost
 from hdcfl_ray.config.loading import build_scenario as validate_scenario
 from hdcfl_ray.privacy.opacus_extra import INSTALL_HINT, PrivacyExtraMissing
+from tests.conftest import needs_accountant
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +64,7 @@ def test_without_opacus_it_stops_before_any_run_naming_the_extra(monkeypatch: py
 
 
 @pytest.mark.slow
+@needs_accountant
 def test_a_toy_run_prints_and_appends_the_table(tmp_path: Path) -> None:
     out = tmp_path / "bench.md"
     command = [sys.executable, "-m", "benchmarks.privacy_cost", "--clients", "5", "--rounds", "2", "--repeats", "1",

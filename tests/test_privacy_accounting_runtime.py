@@ -19,7 +19,7 @@ from hdcfl_ray.privacy.accountant import epsilon
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import LiveView, QuietObserver
 from tests import dp_test_method
-from tests.conftest import tiny_scenario
+from tests.conftest import needs_accountant, tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
 DELTA = 1e-5
@@ -51,6 +51,7 @@ def manifest(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())
 
 
+@needs_accountant
 def test_the_epsilon_column_is_the_accountants_after_each_round(dp_method, tmp_path) -> None:
     run_dir = tmp_path / "run"
     run_simulation(prepare_run(private_scenario({"noise_multiplier": 1.2})), run_dir, QuietObserver())
@@ -63,6 +64,7 @@ def test_the_epsilon_column_is_the_accountants_after_each_round(dp_method, tmp_p
     assert record["releases"] == [[1.2, Q, 4]] and record["rounds_run"] == 4 and record["stopped_at_privacy_budget"] is None
 
 
+@needs_accountant
 def test_the_manifest_records_what_the_run_computed_with(dp_method, tmp_path) -> None:
     run_dir = tmp_path / "run"
     scenario = private_scenario({"target_epsilon": 6.0, "clip": 0.7, "noise_cohort_size": 40, "accountant": "prv"}, rounds=3)
@@ -79,6 +81,7 @@ def test_the_manifest_records_what_the_run_computed_with(dp_method, tmp_path) ->
     assert 6.0 - 0.01 - 1e-3 <= spent <= 6.0 + 1e-3  # z was chosen for the target (PRV's estimate moves in its last digits)
 
 
+@needs_accountant
 def test_max_epsilon_stops_before_the_round_that_would_pass_it(dp_method, tmp_path) -> None:
     per_rounds = [epsilon([(1.0, Q, rounds)], DELTA) for rounds in range(1, 5)]
     limit = (per_rounds[1] + per_rounds[2]) / 2  # round 3 would pass it
@@ -98,6 +101,7 @@ def test_max_epsilon_stops_before_the_round_that_would_pass_it(dp_method, tmp_pa
     assert stopped in [row["message"] for row in read_table(run_dir, "events").to_pylist()]
 
 
+@needs_accountant
 def test_a_resumed_run_reports_the_uninterrupted_runs_epsilons(dp_method, tmp_path) -> None:
     scenario = private_scenario({"noise_multiplier": 1.0}, checkpoint={"every": 2})
     resume_after_a_stop(scenario, tmp_path, stop_after=3)  # resumes from round 2's checkpoint, redoing round 3
@@ -116,6 +120,7 @@ def test_a_run_without_privacy_has_no_epsilon(dp_method, tmp_path) -> None:
 
 @pytest.mark.slow  # Ray actors: the slow tier
 @pytest.mark.ray
+@needs_accountant
 def test_the_server_actor_on_ray_accounts_as_the_local_server(dp_method, ray_session, tmp_path) -> None:
     local, on_ray = tmp_path / "local", tmp_path / "ray"
     run_simulation(prepare_run(private_scenario({"noise_multiplier": 1.0}, rounds=3)), local, QuietObserver())

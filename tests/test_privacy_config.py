@@ -18,7 +18,7 @@ from hdcfl_ray.runtime.preflight import prepare_run
 from hdcfl_ray.runtime.privacy_plan import round_plan
 from tests import dp_test_method
 from tests.cli_exit import assert_refused
-from tests.conftest import tiny_scenario
+from tests.conftest import needs_accountant, tiny_scenario
 
 
 @pytest.fixture
@@ -57,8 +57,8 @@ NOISE = {"noise_multiplier": 1.0}
         (NOISE, {"protocol": {"availability": {"kind": "bernoulli", "probability": 0.5}}},
          ["privacy.sampling: poisson", "protocol.availability.kind: bernoulli", "always", "privacy.sampling: fixed"]),
         # the run's own checks, where it is prepared (validate runs them too)
-        ({"target_epsilon": 1e-6}, {}, ["privacy.target_epsilon: 1e-06 cannot be reached", "raise privacy.target_epsilon"]),
-        ({**NOISE, "max_epsilon": 0.01}, {}, ["privacy.max_epsilon: 0.01 is below the epsilon of round 1's release"]),
+        pytest.param({"target_epsilon": 1e-6}, {}, ["privacy.target_epsilon: 1e-06 cannot be reached", "raise privacy.target_epsilon"], marks=needs_accountant),
+        pytest.param({**NOISE, "max_epsilon": 0.01}, {}, ["privacy.max_epsilon: 0.01 is below the epsilon of round 1's release"], marks=needs_accountant),
         ({**NOISE, "adaptive_clip": {}}, {}, ["privacy.adaptive_clip.count_noise_multiplier: null", "must exceed z"]),
         ({**NOISE, "adaptive_clip": {"count_noise_multiplier": 0.4}}, {}, ["privacy.adaptive_clip.count_noise_multiplier: 0.4", "must exceed z"]),
     ],
@@ -117,6 +117,7 @@ def test_every_privacy_key_changes_the_setting(dp_method) -> None:
     assert [change.describe() for change in setting_changes(private, noisier)] == ["privacy.noise_multiplier: 1.0 -> 1.5"]
 
 
+@needs_accountant
 def test_the_run_resolves_q_and_the_planned_rounds(dp_method) -> None:
     # 8 clients, 2 of them newcomers: 6 train; participation 3 of them: q = 0.5
     scenario = build_scenario(
@@ -133,6 +134,7 @@ def test_the_run_resolves_q_and_the_planned_rounds(dp_method) -> None:
     assert fixed is not None and fixed.sample_rate == 1.0 and fixed.expected_cohort == 3.0  # accounted without amplification
 
 
+@needs_accountant
 def test_target_epsilon_chooses_z_for_the_planned_rounds(dp_method) -> None:
     from hdcfl_ray.privacy.accountant import epsilon
 
@@ -143,6 +145,7 @@ def test_target_epsilon_chooses_z_for_the_planned_rounds(dp_method) -> None:
     assert 3.0 - 0.01 <= spent <= 3.0
 
 
+@needs_accountant
 def test_adaptive_clipping_splits_z_between_the_count_and_the_update(dp_method) -> None:
     scenario = build_scenario(private_scenario({**NOISE, "adaptive_clip": {"count_noise_multiplier": 2.0}}))
     privacy = prepare_run(scenario).privacy

@@ -17,7 +17,7 @@ from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.runtime.server.sampling import poisson_sample
 from hdcfl_ray.terminal.live_view import QuietObserver
 from tests import dp_test_method
-from tests.conftest import tiny_scenario
+from tests.conftest import needs_accountant, tiny_scenario
 
 
 @pytest.fixture
@@ -71,6 +71,7 @@ def private_scenario(privacy: dict, seed: int = 7, **sections):
     )
 
 
+@needs_accountant
 def test_an_empty_poisson_round_still_aggregates_and_releases(dp_method, tmp_path) -> None:
     rounds, rate = 4, 1 / 8  # participation 1 of 8 clients
     # a seed whose draws leave a round empty (and train in another)
@@ -90,6 +91,7 @@ def test_an_empty_poisson_round_still_aggregates_and_releases(dp_method, tmp_pat
     assert sum("privacy.sampling: poisson drew no client this round" in message for message in events) == len(empty)
 
 
+@needs_accountant
 def test_newcomers_never_train_under_poisson_sampling(dp_method, tmp_path) -> None:
     scenario = private_scenario({"noise_multiplier": 1.0}, partition={"newcomers": 3}, protocol={"rounds": 3, "participation": 1.0})
     newcomers = set(scenario_newcomers(scenario))
@@ -99,6 +101,7 @@ def test_newcomers_never_train_under_poisson_sampling(dp_method, tmp_path) -> No
     assert trained == set(range(8)) - newcomers  # q = 1: every training client, every round
 
 
+@needs_accountant
 def test_fixed_sampling_keeps_the_participation_sample(dp_method, tmp_path) -> None:
     scenario = private_scenario({"noise_multiplier": 1.0, "sampling": "fixed"}, protocol={"rounds": 3, "participation": 3})
     rows, _, _ = run_rows(scenario, tmp_path / "run")
