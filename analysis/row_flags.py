@@ -1,7 +1,7 @@
 """Warnings a report prints on its cells, so that a table copied into a paper
 carries them: a clustered method that collapsed, a method far below Local, a
-row with fewer seeds than the others, a curve still rising when the run stopped
-(hdcfl_ray/diagnostics/curve_trend.py), figures scored on a sample of the clients, a
+row with fewer seeds than the others, a curve still rising or falling when the run
+stopped (hdcfl_ray/diagnostics/curve_trend.py), figures scored on a sample of the clients, a
 knob pinned to a value chosen for another setting, a method not above a trivial
 reference (analysis/trivial_rows.py).
 
@@ -20,7 +20,7 @@ from statistics import mean, stdev
 
 from analysis.final_metrics import RunMetrics
 from analysis.trivial_rows import TRIVIAL_FLAG, TRIVIAL_RULE, trivial_flags
-from hdcfl_ray.diagnostics.curve_trend import RISING_RULE, still_rising
+from hdcfl_ray.diagnostics.curve_trend import FALLING_RULE, RISING_RULE, still_falling, still_rising
 
 # a mean normalised membership entropy at or above this is "uniform": every client
 # spreads its weight almost evenly over the method's clusters
@@ -35,6 +35,7 @@ FLAG_RULES = {
     "below Local": "mean accuracy below Local's in the same setting by more than the larger of the two seed stds (with one seed: below at all)",
     TRIVIAL_FLAG: TRIVIAL_RULE,
     "still rising": RISING_RULE,
+    "falling": FALLING_RULE,
     "fewer seeds": "fewer seeds than the most any method has in this setting",
     "sampled evaluation": "the accuracies summarise a seeded sample of the clients (protocol.eval_clients), not all of them, in at least one seed",
     "host layout changed": "a batched run was resumed with its clients on other hosts (simulate --resume --allow-layout-change), so from then on they trained in other batches than an uninterrupted run's; its numbers are not that run's bits (in at least one seed)",
@@ -46,7 +47,7 @@ FLAG_RULES = {
 FLAG_METRICS = {"worst client 0%": "worst_accuracy", "below Local": "mean_accuracy", TRIVIAL_FLAG: "mean_accuracy"}
 # the flags that say how much evidence is behind a number, which every table derived from
 # the runs (macro averages, paired differences, gains) repeats
-EVIDENCE_FLAGS = ("still rising", "fewer seeds", "sampled evaluation", "host layout changed", "pinned for another setting")
+EVIDENCE_FLAGS = ("still rising", "falling", "fewer seeds", "sampled evaluation", "host layout changed", "pinned for another setting")
 
 
 def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
@@ -75,6 +76,8 @@ def row_flags(records: list[RunMetrics]) -> dict[tuple[str, str], list[str]]:
             found.append(not_above_trivial[(setting, method)])
         if still_rising(*([_value(r, name) for r in runs] for name in ("late_rise", "total_rise", "late_rise_error"))):
             found.append(f"still rising ({_late_rise(runs)})")
+        elif still_falling(*([_value(r, name) for r in runs] for name in ("late_rise", "late_rise_error"))):
+            found.append(f"falling ({_late_rise(runs)})")
         if len(runs) < most_seeds[setting]:
             found.append(f"fewer seeds ({len(runs)} of {most_seeds[setting]})")
         sampled = [_value(r, "evaluated_fraction") for r in runs if _value(r, "evaluated_fraction") < 1.0]
@@ -150,9 +153,9 @@ def _pinned_elsewhere(runs: list[RunMetrics]) -> str:
 
 
 def _late_rise(runs: list[RunMetrics]) -> str:
-    """'+3.7 pp in the last third': the row's mean late rise (hdcfl_ray/diagnostics/curve_trend.py)."""
+    """'+3.7 pp in the last third' (or '-2.1 pp'): the row's mean late rise (hdcfl_ray/diagnostics/curve_trend.py)."""
     late = [v for v in (_value(r, "late_rise") for r in runs) if not math.isnan(v)]
-    return f"+{100 * mean(late):.1f} pp in the last third"
+    return f"{100 * mean(late):+.1f} pp in the last third"
 
 
 def _shown(value: object) -> str:

@@ -119,6 +119,12 @@ class Run:
         reports flag rows with ("still rising"): its final numbers are not where it converges."""
         return self.curve.rising
 
+    @property
+    def falling(self) -> bool:
+        """True when the mean accuracy was going down as the run stopped, by the rule the
+        reports flag rows with ("falling"): its final numbers are below what it reached earlier."""
+        return self.curve.falling
+
 
 def simulate(
     scenario: ScenarioInput,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hdcfl_ray.diagnostics.curve_trend import RISING_MIN_POINTS, CurveRises, curve_rises, still_rising
+from hdcfl_ray.diagnostics.curve_trend import FALLING_MIN_POINTS, RISING_MIN_POINTS, CurveRises, curve_rises, still_falling, still_rising
 from analysis.final_metrics import RunMetrics
 from analysis.report_tables import all_tables, to_markdown
 from analysis.row_flags import row_flags
@@ -154,3 +154,63 @@ def test_a_sweep_names_the_run_whose_curve_was_still_rising(late, said) -> None:
     view.observer("quickstart/fedavg/seed42").on_finish(SimpleNamespace(curve=CurveRises(late, 0.72, 0.0)))
     text = console.file.getvalue()
     assert ("quickstart/fedavg/seed42: the mean accuracy was still rising when the run stopped: +17.8 pp" in text) == said
+
+
+# ---- falling: a curve past its best when the run stopped ----------------------------------------
+
+# mean accuracy by evaluated round of APFL on the Shakespeare stand-in at 90 rounds (seed 42), every 5
+# rounds (results/natural-standins-90): the personalised mixture peaks at round 55 and loses 4.6 points by round 90,
+# -2.9 pp fitted over the last third
+STANDIN_APFL = [19.2, 29.9, 37.4, 41.7, 45.3, 49.9, 52.3, 53.1, 53.3, 53.4, 53.5, 52.5, 51.5, 50.9, 51.4, 51.4, 49.8, 48.9]
+
+
+def falling(values: list[float], every: int = 5) -> bool:
+    late, _, error = rises(values, every)
+    return still_falling([late], [error])
+
+
+def test_a_curve_past_its_best_is_falling_and_never_rising():
+    assert falling(STANDIN_APFL) and not rising(STANDIN_APFL)
+    assert not falling(STANDIN_FEDAVG) and not falling(STANDIN_FEDAVG[:4])
+    assert falling([50.0, 60.0, 55.0, 45.0, 40.0])
+
+
+def test_noise_about_a_plateau_is_not_falling():
+    wobble = [10.0, 40.0, 60.0, 70.0, 71.0, 70.4, 71.2, 70.8, 71.1, 70.5, 71.3, 70.2]
+    assert not falling(wobble)
+    at_chance = [10.0, 11.0, 9.5, 10.2, 8.9, 11.5, 9.0, 12.0, 8.8, 10.5, 9.2, 14.0, 8.0, 12.0, 7.0, 11.0, 6.0, 10.0]
+    late, _, error = rises(at_chance)
+    assert late < -FALLING_MIN_POINTS and -late < 2 * error and not falling(at_chance)
+
+
+def test_a_late_fall_at_the_floor_is_flat():
+    assert not still_falling([-FALLING_MIN_POINTS]) and still_falling([-FALLING_MIN_POINTS * 1.01])
+
+
+def test_the_falling_flag_marks_the_row_and_its_rule_is_in_the_note():
+    runs = [record("apfl", seed, STANDIN_APFL) for seed in (1, 2, 3)] + [record("fedavg", seed, STANDIN_FEDAVG) for seed in (1, 2, 3)]
+    flags = row_flags(runs)
+    fell = f"{100 * rises(STANDIN_APFL).late:.1f}"
+    assert fell == "-2.9"  # what the run's kept curve gives, to one decimal
+    assert [flag for flag in flags[("shakespeare", "apfl")] if flag.startswith("falling")] == [f"falling ({fell} pp in the last third)"]
+    assert not any(flag.startswith(("falling", "still rising")) for flag in flags.get(("shakespeare", "fedavg"), []))
+    text = to_markdown(all_tables(runs))
+    assert f"falling ({fell} pp in the last third)" in text
+    assert "[falling] over the last third of the rounds the mean accuracy fell" in text and "look at the curves" in text
+
+
+def test_the_end_of_a_run_says_when_its_curve_was_falling(tmp_path) -> None:
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from hdcfl_ray.terminal.live_view import LiveView
+
+    console = Console(file=io.StringIO(), width=400)
+    final = {"round": 90, "mean_accuracy": 0.49, "worst_accuracy": 0.3, "bottom20_accuracy": 0.35, "gap": 0.3, "personalized": True}
+    summary = SimpleNamespace(final_round=final, last_refresh=None, scored_on="test", run_dir=tmp_path, elapsed_s=1.0, rounds=90,
+                              curve=curve_rises(curve(STANDIN_APFL)))  # fmt: skip
+    LiveView(console).on_finish(summary)
+    text = console.file.getvalue()
+    assert "falling when the run stopped: -2.9 pp over the last third of the rounds" in text and "still rising" not in text

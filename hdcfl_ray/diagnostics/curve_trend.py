@@ -17,6 +17,11 @@ gaining 2 is not), and RISING_MIN_NOISE times its own noise (the standard error 
 fitted rise from the points' scatter about the line, combined over the seeds), so that a
 curve wandering about a plateau, or about chance, is not read as a trend. With only two
 points in the last third the scatter cannot be measured and the rise stands as fitted.
+
+A row is falling when, averaged over its seeds, the late rise is below -FALLING_MIN_POINTS
+and its size exceeds RISING_MIN_NOISE times its noise: the curve had passed its best and
+was going down when the run stopped (models overfitting their clients' data, or
+diverging), so its final numbers are below what the run reached earlier.
 """
 
 from __future__ import annotations
@@ -33,12 +38,21 @@ RISING_MIN_POINTS = 0.01
 RISING_MIN_SHARE = 0.05
 # the late rise must exceed this many standard errors of itself
 RISING_MIN_NOISE = 2.0
+# a late fall larger than this (a fraction: 0.01 = 1 percentage point) can be a trend
+FALLING_MIN_POINTS = 0.01
 RISING_RULE = (
     f"over the last third of the rounds the mean accuracy rose by more than "
     f"{100 * RISING_MIN_POINTS:g} pp and by more than {100 * RISING_MIN_SHARE:g}% of its rise since the first "
     "evaluated round and by more than twice its standard error (a least-squares line through the evaluated rounds of that "
     "third; means over the seeds): "
     "the table ranks the methods before they converged; run more rounds"
+)
+
+FALLING_RULE = (
+    f"over the last third of the rounds the mean accuracy fell by more than {100 * FALLING_MIN_POINTS:g} pp and by more "
+    "than twice its standard error (a least-squares line through the evaluated rounds of that third; means over the "
+    "seeds): the curve had passed its best when the runs stopped (overfitting or diverging), so the final value is "
+    "below what they reached earlier; look at the curves"
 )
 
 
@@ -54,11 +68,25 @@ class CurveRises(NamedTuple):
         """The rule below on this one curve."""
         return still_rising([self.late], [self.total], [self.late_error])
 
+    @property
+    def falling(self) -> bool:
+        """The falling rule above on this one curve."""
+        return still_falling([self.late], [self.late_error])
+
     def notice(self) -> str | None:
-        """What the end of a run says of a curve still rising (None for one that is not)."""
-        if not self.rising:
-            return None
-        return f"the mean accuracy was still rising when the run stopped: +{100 * self.late:.1f} pp over the last third of the rounds"
+        """What the end of a run says of a curve still rising or falling (None for a flat one)."""
+        if self.rising:
+            return (
+                f"the mean accuracy was still rising when the run stopped: +{100 * self.late:.1f} pp over the last third "
+                "of the rounds; its final numbers are not where it converges (more rounds: protocol.rounds; docs/results.md)"
+            )
+        if self.falling:
+            return (
+                f"the mean accuracy was falling when the run stopped: {100 * self.late:.1f} pp over the last third of the "
+                "rounds; its final numbers are below what it reached earlier (overfitting or diverging: see the curve; "
+                "docs/results.md)"
+            )
+        return None
 
 
 NO_CURVE = CurveRises(math.nan, math.nan, math.nan)
@@ -98,6 +126,18 @@ def still_rising(late_rises: Sequence[float], total_rises: Sequence[float], late
     # the standard error of the mean of independent seeds' rises
     noise = math.sqrt(sum(e * e for e in errors)) / len(errors) if errors else 0.0
     return late_mean > RISING_MIN_POINTS and late_mean > RISING_MIN_SHARE * max(total_mean, 0.0) and late_mean > RISING_MIN_NOISE * noise
+
+
+def still_falling(late_rises: Sequence[float], late_errors: Sequence[float] | None = None) -> bool:
+    """The falling rule above, on the late rises of a row's runs (NaN ones left out);
+    without `late_errors` the noise test is left out."""
+    late = [v for v in late_rises if not math.isnan(v)]
+    if not late:
+        return False
+    late_mean = sum(late) / len(late)
+    errors = [v for v in late_errors or [] if not math.isnan(v)]
+    noise = math.sqrt(sum(e * e for e in errors)) / len(errors) if errors else 0.0
+    return late_mean < -FALLING_MIN_POINTS and -late_mean > RISING_MIN_NOISE * noise
 
 
 def _fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:

@@ -138,7 +138,7 @@ class LiveView:
         notice = getattr(summary, "curve", NO_CURVE).notice()
         if notice:
             self.console.print(
-                f"{notice}; its final numbers are not where it converges (more rounds: protocol.rounds; docs/results.md)",
+                notice,
                 style="yellow",
                 highlight=False,
             )
