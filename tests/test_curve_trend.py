@@ -159,7 +159,7 @@ def test_a_sweep_names_the_run_whose_curve_was_still_rising(late, said) -> None:
 # ---- falling: a curve past its best when the run stopped ----------------------------------------
 
 # mean accuracy by evaluated round of APFL on the Shakespeare stand-in at 90 rounds (seed 42), every 5
-# rounds (results/natural-standins-90): the personalised mixture peaks at round 55 and loses 4.6 points by round 90,
+# rounds (a 90-round run of the stand-in sweep, 2026-12-07): the personalised mixture peaks at round 55 and loses 4.6 points by round 90,
 # -2.9 pp fitted over the last third
 STANDIN_APFL = [19.2, 29.9, 37.4, 41.7, 45.3, 49.9, 52.3, 53.1, 53.3, 53.4, 53.5, 52.5, 51.5, 50.9, 51.4, 51.4, 49.8, 48.9]
 
