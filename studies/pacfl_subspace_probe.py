@@ -22,7 +22,6 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
 
 from hdcfl_ray.algorithms.pacfl import AUTO_THRESHOLD_DEGREES
 from hdcfl_ray.algorithms.pacfl_subspaces import (
@@ -34,6 +33,7 @@ from hdcfl_ray.algorithms.pacfl_subspaces import (
     proximity_matrix,
 )
 from hdcfl_ray.config.loading import load_scenario
+from hdcfl_ray.diagnostics.clustering import adjusted_rand
 from hdcfl_ray.runtime.preflight import prepare_run
 
 BASES: tuple[tuple[BasisKind, int], ...] = (("per_class", 3), ("per_class", 1), ("whole", 3), ("whole", 1))
@@ -75,7 +75,7 @@ def _clusters_text(labels: np.ndarray, planted: np.ndarray | None) -> str:
     count = int(labels.max()) + 1
     if planted is None or count in (1, labels.shape[0]):
         return str(count)
-    return f"{count} (ARI {adjusted_rand_score(planted, labels):.2f})"
+    return f"{count} (ARI {adjusted_rand(planted, labels):.2f})"
 
 
 def render(setting: str, rows: list[list[str]], command: str) -> str:

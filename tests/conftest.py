@@ -20,9 +20,8 @@ DEADLINE_ENV = "HDCFL_TEST_DEADLINE"
 
 # Tests whose run computes an epsilon need Opacus's accountant (the dp extra); the README's test
 # command installs only the test extra, so they skip there with the command that adds it.
-needs_accountant = pytest.mark.skipif(
-    importlib.util.find_spec("opacus") is None, reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'"
-)
+ACCOUNTANT_MISSING = "the accountant needs Opacus: pip install 'hdcfl-ray[dp]'"
+needs_accountant = pytest.mark.skipif(importlib.util.find_spec("opacus") is None, reason=ACCOUNTANT_MISSING)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -16,7 +16,7 @@ from hdcfl_ray.checkpoint.store import read_checkpoint, write_checkpoint
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import slow_beyond, tiny_scenario
+from tests.conftest import ACCOUNTANT_MISSING, slow_beyond, tiny_scenario
 from tests.stop_observer import StopAfterRound
 
 
@@ -149,7 +149,7 @@ def test_killing_the_simulate_process_and_resuming_matches_the_uninterrupted_run
     from cli import app
 
     if privacy is not None:
-        pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
+        pytest.importorskip("opacus", reason=ACCOUNTANT_MISSING)
     data = tiny_scenario(protocol={"rounds": 6}, checkpoint={"every": 2}, algorithm={"name": "hdcfl", "hdcfl": {"groups": 2, "activation_round": 2, "refresh_every": 2}})
     if privacy is not None:
         data["privacy"] = dict(privacy)

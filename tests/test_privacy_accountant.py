@@ -11,13 +11,14 @@ import pytest
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.privacy.accountant import TARGET_TOLERANCE, epsilon, noise_for_target
 from hdcfl_ray.privacy.opacus_extra import PrivacyExtraMissing
+from tests.conftest import ACCOUNTANT_MISSING
 
 DELTA = 1e-5
 
 
 @pytest.fixture
 def opacus() -> None:
-    pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
+    pytest.importorskip("opacus", reason=ACCOUNTANT_MISSING)
 
 
 def test_rdp_epsilon_of_the_dp_sgd_reference_settings(opacus: None) -> None:

@@ -22,10 +22,10 @@ from hdcfl_ray.contract import ModelParams, ResolvedPrivacy, Upload
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.conftest import ACCOUNTANT_MISSING, tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
-pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
+pytest.importorskip("opacus", reason=ACCOUNTANT_MISSING)
 
 PRIVATE_METHODS = ("fedavg", "fedavg_se", "hdcfl", "ifca", "fedprox", "local", "fedrep", "fedbabu", "ditto", "apfl", "fedala", "fedsoft", "fedce")
 # besides the within-clip bit: IFCA's chosen cluster and HDC-FL's unit-norm head sketch (docs/privacy.md);

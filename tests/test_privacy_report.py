@@ -22,7 +22,7 @@ from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
 from hdcfl_ray.sweeps.grid import expand, read_sweep_file
-from tests.conftest import tiny_scenario
+from tests.conftest import ACCOUNTANT_MISSING, tiny_scenario
 
 TARGETS = (2.0, 8.0)
 SEEDS = (7, 8)
@@ -54,7 +54,7 @@ def with_scenario(source: Path, target: Path, change: dict) -> Path:
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One folder per level, as the study's sweeps are: HDC-FL at two targets and without privacy, two seeds."""
-    pytest.importorskip("opacus", reason="the accountant needs Opacus: pip install 'hdcfl-ray[dp]'")
+    pytest.importorskip("opacus", reason=ACCOUNTANT_MISSING)
     root = tmp_path_factory.mktemp("privacy-report")
     for seed in SEEDS:
         for target in TARGETS:

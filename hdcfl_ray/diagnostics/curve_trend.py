@@ -117,27 +117,34 @@ def curve_rises(curve: Sequence[tuple[int, float]]) -> CurveRises:
 def still_rising(late_rises: Sequence[float], total_rises: Sequence[float], late_errors: Sequence[float] | None = None) -> bool:
     """The rule above, on the rises of a row's runs (NaN ones left out); without
     `late_errors` the noise test is left out."""
-    late = [v for v in late_rises if not math.isnan(v)]
     total = [v for v in total_rises if not math.isnan(v)]
-    if not late or not total:
+    late = _late_trend(late_rises, late_errors)
+    if late is None or not total:
         return False
-    late_mean, total_mean = sum(late) / len(late), sum(total) / len(total)
-    errors = [v for v in late_errors or [] if not math.isnan(v)]
-    # the standard error of the mean of independent seeds' rises
-    noise = math.sqrt(sum(e * e for e in errors)) / len(errors) if errors else 0.0
+    late_mean, noise = late
+    total_mean = sum(total) / len(total)
     return late_mean > RISING_MIN_POINTS and late_mean > RISING_MIN_SHARE * max(total_mean, 0.0) and late_mean > RISING_MIN_NOISE * noise
 
 
 def still_falling(late_rises: Sequence[float], late_errors: Sequence[float] | None = None) -> bool:
     """The falling rule above, on the late rises of a row's runs (NaN ones left out);
     without `late_errors` the noise test is left out."""
+    late = _late_trend(late_rises, late_errors)
+    if late is None:
+        return False
+    late_mean, noise = late
+    return late_mean < -FALLING_MIN_POINTS and -late_mean > RISING_MIN_NOISE * noise
+
+
+def _late_trend(late_rises: Sequence[float], late_errors: Sequence[float] | None) -> tuple[float, float] | None:
+    """The mean late rise over the seeds (NaN ones left out) and its noise: the standard
+    error of the mean of independent seeds' rises (0 without errors); None without a rise."""
     late = [v for v in late_rises if not math.isnan(v)]
     if not late:
-        return False
-    late_mean = sum(late) / len(late)
+        return None
     errors = [v for v in late_errors or [] if not math.isnan(v)]
     noise = math.sqrt(sum(e * e for e in errors)) / len(errors) if errors else 0.0
-    return late_mean < -FALLING_MIN_POINTS and -late_mean > RISING_MIN_NOISE * noise
+    return sum(late) / len(late), noise
 
 
 def _fit(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
