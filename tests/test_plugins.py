@@ -220,3 +220,26 @@ def test_a_plugin_may_not_take_a_built_in_name(tmp_path: Path, monkeypatch: pyte
         os.environ.pop(plugins.ENV_VAR, None)
         plugins.clear_caches()
         sys.modules.pop("hdcfl_clash_plugin", None)
+
+
+def test_the_installed_packages_are_scanned_once_however_often_the_registries_are_read(plugin_module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which package a named module comes from is read off every installed package's file
+    list; reading it for each registry of each scenario check made `validate --plugin`
+    seconds slower. It is read once per process, and the manifest's origin is unchanged."""
+    from importlib import metadata
+
+    scans = []
+    real = metadata.packages_distributions
+
+    def counted() -> dict:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(metadata, "packages_distributions", counted)
+    plugins._distributions_by_top_level_module.cache_clear()
+    for _ in range(3):
+        plugins.clear_caches()  # as loading another plugin module does
+        build_scenario(plugin_scenario())
+    assert len(scans) == 1
+    [(_, origin)] = [entry for name, entry in plugins.plugin_specs("methods").items() if name == "plugin_avg"]
+    assert (origin.package, origin.module, origin.via) == (MODULE, MODULE, "module")
