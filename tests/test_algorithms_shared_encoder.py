@@ -9,7 +9,7 @@ from hdcfl_ray.maths.aggregate import weighted_average
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.backends.local_host import in_process_run
 from hdcfl_ray.runtime.driver import prepare_run
-from tests.conftest import tiny_scenario
+from tests.conftest import slow_beyond, tiny_scenario
 
 
 def prepared(**changes):
@@ -60,7 +60,7 @@ def test_hdcfl_refresh_recovers_planted_rotation_groups_after_a_few_rounds():
     assert all(same_group[(a, b)] == (truth[a] == truth[b]) for a in range(8) for b in range(8))
 
 
-@pytest.mark.parametrize("method", ["fedavg_se", "hdcfl"])
+@pytest.mark.parametrize("method", slow_beyond(["fedavg_se", "hdcfl"], fast={"hdcfl"}))
 def test_the_local_reference_can_be_skipped_without_touching_the_other_scores(tmp_path, method):
     from hdcfl_ray.logs.table_writer import read_table
     from hdcfl_ray.runtime.driver import prepare_run, run_simulation

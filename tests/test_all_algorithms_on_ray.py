@@ -9,14 +9,16 @@ from hdcfl_ray.algorithms.registry import method_names
 from hdcfl_ray.config.loading import build_scenario
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import SMALL_FEDERATION_METHODS, tiny_scenario
+from tests.conftest import SMALL_FEDERATION_METHODS, slow_beyond, tiny_scenario
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 CLUSTERED = {"fedce", "fedsoft", "ifca", "pacfl", "hdcfl"}
 
 
-@pytest.mark.parametrize("name", method_names())  # every registered method, a new one included
+# every registered method, a new one included; three in the README's test command (HDC-FL's object
+# references, PACFL's probe of every client, Ditto's two models per client), the rest in the slow tier
+@pytest.mark.parametrize("name", slow_beyond(method_names(), fast={"hdcfl", "pacfl", "ditto"}))
 def test_method_runs_on_ray_and_logs_every_client(tmp_path, name):
     algorithm = {"name": name, **SMALL_FEDERATION_METHODS}
     scenario = build_scenario(tiny_scenario(algorithm=algorithm, protocol={"rounds": 2}))

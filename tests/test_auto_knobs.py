@@ -30,7 +30,7 @@ from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.logs.table_writer import read_table
 from hdcfl_ray.runtime.driver import prepare_run, resumable_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import tiny_scenario
+from tests.conftest import slow_beyond, tiny_scenario
 from tests.stop_observer import StopAfterRound
 
 pytestmark = pytest.mark.auto_knobs
@@ -120,7 +120,11 @@ def test_an_exact_tie_at_the_cut_sends_both_values_on() -> None:
     assert better_half([(1, 0.5), (2, 0.7), (4, 0.6), (8, 0.4)]) == [2, 4]
 
 
-@pytest.mark.parametrize("method, key", DECLARED, ids=[f"{name}.{key}" for name, key in DECLARED])
+@pytest.mark.parametrize(
+    "method, key",
+    slow_beyond(DECLARED, fast={("hdcfl", "groups"), ("pacfl", "threshold"), ("fedce", "temperature")}),
+    ids=[f"{name}.{key}" for name, key in DECLARED],
+)
 def test_every_declared_knob_accepts_auto_and_the_run_records_its_choice(tmp_path: Path, method: str, key: str) -> None:
     run = simulate(small(tmp_path, method, {key: "auto"}), tmp_path / "run")
     record = run.manifest["auto_knobs"]

@@ -26,7 +26,7 @@ from hdcfl_ray.training.local_training import evaluate
 from hdcfl_ray.runtime.driver import prepare_run
 from hdcfl_ray.runtime.server.messages import EvalReport
 from hdcfl_ray.models import flatten_module, load_flat_into
-from tests.conftest import SMALL_FEDERATION_METHODS, tiny_scenario
+from tests.conftest import SMALL_FEDERATION_METHODS, slow_beyond, tiny_scenario
 
 LOSS_RELATIVE_TOLERANCE = 1e-5
 
@@ -55,7 +55,7 @@ def _evaluate(run, batched: bool, round_index: int) -> list[EvalReport]:
 SCORE_A_BROADCAST_MODEL = {"apfl", "ditto", "fedala", "fedavg", "fedavg_se", "fedbabu", "fedprox", "fedrep", "hdcfl", "ifca", "pacfl"}
 
 
-@pytest.mark.parametrize("method", sorted(method_names()))
+@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast={"hdcfl", "fedavg", "ifca", "apfl", "fedsoft"}))
 def test_batched_and_per_client_scores_agree_for_every_method(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     batched_requests = []
     score_window = EvaluationBatch._score_window

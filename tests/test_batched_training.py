@@ -256,7 +256,7 @@ def client_rows(run_dir: Path) -> dict[tuple[int, int], tuple[float, float]]:
     return {(row["round"], row["client_id"]): (row["accuracy"], row["loss"]) for row in table}
 
 
-@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast=set(method_names()) - {"fedala", "ditto", "apfl"}))
+@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast={"hdcfl", "fedavg", "ifca", "fedrep", "scaffold", "fedsoft"}))
 def test_every_method_gives_the_same_results_batched_and_one_at_a_time(method: str, tmp_path: Path, write_scenario, monkeypatch) -> None:
     calls: list[int] = []
     real = batched_training.train_together

@@ -24,7 +24,7 @@ from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.runtime.initial_model import initial_parameters
 from hdcfl_ray.runtime.server.payload_bytes import payload_bytes
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import SMALL_FEDERATION_METHODS, tiny_scenario
+from tests.conftest import SMALL_FEDERATION_METHODS, slow_beyond, tiny_scenario
 
 CLIENTS = 4
 ROUNDS = 2
@@ -174,7 +174,7 @@ def test_every_method_has_its_model_parts_listed() -> None:
     assert set(MODEL_PARTS) == set(method_names())
 
 
-@pytest.mark.parametrize("name", sorted(method_names()))
+@pytest.mark.parametrize("name", slow_beyond(sorted(method_names()), fast={"hdcfl", "ifca", "pacfl", "scaffold", "fedsoft"}))
 def test_logged_bytes_equal_what_the_method_declared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     scenario = scenario_of(name)
     declared = Declared()
@@ -274,7 +274,7 @@ def test_hosts_on_threads_move_the_same_bytes_as_one_host(tmp_path: Path) -> Non
 
 @pytest.mark.ray
 @pytest.mark.usefixtures("ray_session")
-@pytest.mark.parametrize("name", ["hdcfl", "pacfl"])
+@pytest.mark.parametrize("name", slow_beyond(["hdcfl", "pacfl"], fast={"hdcfl"}))
 def test_ray_moves_the_same_bytes_as_the_local_backend(tmp_path: Path, name: str) -> None:
     """HDC-FL's evaluation payload holds an ObjectRef to the client's own upload on Ray
     (the upload itself in one process); PACFL answers a probe: both count the same."""

@@ -24,6 +24,7 @@ import pytest
 
 from hdcfl_ray.algorithms.registry import method_names
 from tests.bit_reference import arithmetic_key, golden_files, quickstart_rows
+from tests.conftest import slow_beyond
 
 GOLDEN = {key: json.loads(path.read_text()) for key, path in golden_files().items()}
 KEY = arithmetic_key()
@@ -61,7 +62,7 @@ def assert_within_cross_machine_rounding(rows: list[list[object]], golden: list[
                 assert loss == pytest.approx(golden_loss, rel=LOSS_RELATIVE_TOLERANCE), at
 
 
-@pytest.mark.parametrize("method", sorted(method_names()))
+@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast={"hdcfl", "fedavg", "ifca", "fedala"}))
 def test_quickstart_bits_unchanged(tmp_path: Path, method: str) -> None:
     rows = quickstart_rows(method, tmp_path / method)
     if method in GOLDEN.get(KEY, {}):

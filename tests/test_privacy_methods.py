@@ -22,7 +22,7 @@ from hdcfl_ray.contract import ModelParams, ResolvedPrivacy, Upload
 from hdcfl_ray.errors import ScenarioError
 from hdcfl_ray.runtime.driver import prepare_run, run_simulation
 from hdcfl_ray.terminal.live_view import QuietObserver
-from tests.conftest import ACCOUNTANT_MISSING, tiny_scenario
+from tests.conftest import ACCOUNTANT_MISSING, slow_beyond, tiny_scenario
 from tests.stop_observer import resume_after_a_stop
 
 pytest.importorskip("opacus", reason=ACCOUNTANT_MISSING)
@@ -53,7 +53,7 @@ def test_the_methods_that_accept_privacy_are_the_ones_with_a_rule() -> None:
     assert set(PRIVATE_METHODS) <= set(accepting)
 
 
-@pytest.mark.parametrize("method", PRIVATE_METHODS)
+@pytest.mark.parametrize("method", slow_beyond(PRIVATE_METHODS, fast={"fedavg", "hdcfl", "ifca", "apfl", "fedsoft"}))
 def test_what_leaves_a_client_is_a_clipped_update_never_a_model(method: str, tmp_path, monkeypatch) -> None:
     seen: list[Upload] = []
     spec = method_specs()[method]
@@ -126,7 +126,7 @@ def _method_class(method: str) -> type:
     return getattr(importlib.import_module(f"hdcfl_ray.algorithms.{method}"), CLASSES[method])
 
 
-@pytest.mark.parametrize("method", ("hdcfl", "ifca", "fedsoft", "fedrep", "fedce"))
+@pytest.mark.parametrize("method", slow_beyond(("hdcfl", "ifca", "fedsoft", "fedrep", "fedce"), fast={"hdcfl", "fedce"}))
 def test_a_private_run_resumes_to_the_uninterrupted_runs_bits(method: str, tmp_path) -> None:
     scenario = build_scenario(private(method, rounds=4, adaptive_clip={"count_noise_multiplier": 5.0}))
     resume_after_a_stop(scenario, tmp_path, stop_after=2)
