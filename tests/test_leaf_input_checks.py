@@ -103,6 +103,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("ragged x", _edit_user(USERS[0], lambda data: data["x"][2].pop()), USERS[0], "rows of different lengths"),
     ("x of 16 pixels", _edit_user(USERS[1], lambda data: data.update(x=[row[:16] for row in data["x"]])), USERS[1], "rows of 16 values"),
     ("a string y", _edit_user(USERS[1], lambda data: data["y"].__setitem__(1, "a")), USERS[1], "y[1] is 'a', not a class number"),
+    ("a boolean y", _edit_user(USERS[1], lambda data: data["y"].__setitem__(2, True)), USERS[1], "y[2] is True, not a class number"),
     ("a negative y", _edit_user(USERS[2], lambda data: data["y"].__setitem__(0, -1)), USERS[2], "y[0] is -1, outside FEMNIST's 62 classes"),
     ("a y past the classes", _edit_user(USERS[0], lambda data: data["y"].__setitem__(4, 62)), USERS[0], "y[4] is 62, outside FEMNIST's 62 classes"),
     ("x and y of other lengths", _edit_user(USERS[2], lambda data: data["y"].pop()), USERS[2], "6 samples in x and 5 in y"),

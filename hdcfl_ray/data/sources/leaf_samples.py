@@ -121,6 +121,8 @@ def _femnist_labels(ys: list[Any], where: str) -> np.ndarray:
     integral = labels.ndim == 1 and (
         labels.dtype.kind in "iu" or (labels.dtype.kind == "f" and bool(np.all(np.isfinite(labels) & (labels == np.rint(labels)))))
     )
+    # JSON's true and false are no class numbers, though numpy reads them among integers as 1 and 0
+    integral = integral and not any(isinstance(y, bool) for y in ys)
     if not integral:
         index = next((index for index, y in enumerate(ys) if not (_is_number(y) and float(y).is_integer())), None)
         if index is None:  # integers too large for any array
