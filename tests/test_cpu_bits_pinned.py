@@ -62,7 +62,7 @@ def assert_within_cross_machine_rounding(rows: list[list[object]], golden: list[
                 assert loss == pytest.approx(golden_loss, rel=LOSS_RELATIVE_TOLERANCE), at
 
 
-@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast={"hdcfl", "fedavg", "ifca", "fedala"}))
+@pytest.mark.parametrize("method", slow_beyond(sorted(method_names()), fast={"hdcfl", "fedavg", "ifca"}))
 def test_quickstart_bits_unchanged(tmp_path: Path, method: str) -> None:
     rows = quickstart_rows(method, tmp_path / method)
     if method in GOLDEN.get(KEY, {}):

@@ -165,7 +165,7 @@ def _run(scenario: Any, run_dir: Path) -> dict[str, list[Any]]:
     return clients
 
 
-@pytest.mark.parametrize("method", slow_beyond(method_names(), fast={"hdcfl", "fedavg", "ifca", "ditto"}))
+@pytest.mark.parametrize("method", slow_beyond(method_names(), fast={"hdcfl", "ifca"}))
 @pytest.mark.parametrize("kind", ["femnist", "shakespeare", "leaf"])
 def test_every_method_runs_on_natural_data_locally(corpora, tmp_path, kind, method):
     clients = _run(_scenario(kind, corpora, method), tmp_path / "run")
