@@ -420,6 +420,7 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
     `left_out` (analysis.runs.left_out_note) names the unfinished runs in every table's note."""
     from analysis.auto_knobs_table import auto_knobs_table  # these build on this module's tables
     from analysis.communication import communication_table
+    from analysis.curve_peaks import peak_table
     from analysis.paired_table import paired_table
     from analysis.validation_table import validation_table
 
@@ -448,7 +449,8 @@ def all_tables(records: list[RunMetrics], against: str | None = None, left_out: 
             every.append(per_setting_table(tested, "ari_true", with_rank=False, with_macro=False))
         every += newcomer_tables(tested)
         optional = (
-            clustered_table(tested), grouping_diagnostics_table(tested), participation_table(tested), budget_table(tested), gain_table(tested),
+            peak_table(tested), clustered_table(tested), grouping_diagnostics_table(tested), participation_table(tested), budget_table(tested),
+            gain_table(tested),
             shared_model_gain_table(tested), paired_table(tested, against or "hdcfl"), communication_table(tested),
             auto_knobs_table(tested),
         )  # fmt: skip

@@ -115,6 +115,9 @@ def test_a_run_summary_holds_the_rises_the_report_computes(tmp_path) -> None:
     assert not math.isnan(summary.curve.late), seed
     recorded = (record.values["late_rise"], record.values["total_rise"], record.values["late_rise_error"])
     assert recorded == tuple(summary.curve), seed
+    evaluated = [(int(row["round"]), row["mean_accuracy"]) for row in load_runs([tmp_path])[0].rounds.to_pylist() if row["evaluated"]]
+    best = max(accuracy for _, accuracy in evaluated)  # the report's peak is the run's own best evaluated round
+    assert (record.values["peak_accuracy"], record.values["peak_round"]) == (best, min(r for r, a in evaluated if a == best)), seed
     import hdcfl_ray
 
     run = hdcfl_ray.load_run(tmp_path / "run")  # the Python API reads the same curve

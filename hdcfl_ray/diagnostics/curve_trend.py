@@ -114,6 +114,23 @@ def curve_rises(curve: Sequence[tuple[int, float]]) -> CurveRises:
     return CurveRises(slope * span, points[-1][1] - points[0][1], slope_error * span)
 
 
+class CurvePeak(NamedTuple):
+    """A curve's best evaluated point: its mean accuracy (a fraction) and its round; NaN for an empty curve."""
+
+    accuracy: float
+    round: float
+
+
+def curve_peak(curve: Sequence[tuple[int, float]]) -> CurvePeak:
+    """The evaluated round of highest mean accuracy (the earliest of ties): read beside the
+    final value, it says whether a run ended below what it had reached."""
+    points = [(int(r), float(a)) for r, a in curve if a is not None and not math.isnan(float(a))]
+    if not points:
+        return CurvePeak(math.nan, math.nan)
+    best_round, best = min(points, key=lambda point: (-point[1], point[0]))
+    return CurvePeak(best, float(best_round))
+
+
 def still_rising(late_rises: Sequence[float], total_rises: Sequence[float], late_errors: Sequence[float] | None = None) -> bool:
     """The rule above, on the rises of a row's runs (NaN ones left out); without
     `late_errors` the noise test is left out."""
