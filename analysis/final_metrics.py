@@ -17,6 +17,7 @@ from typing import Any
 from analysis.participation_split import participation_split
 from analysis.provenance import run_provenance
 from analysis.run_traffic import run_traffic
+from analysis.group_usage import groups_never_held
 from analysis.runs import RunRecord
 from analysis.setting_groups import place_runs
 from analysis.trivial_record import recorded_references
@@ -101,6 +102,7 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values["late_rise"], values["total_rise"], values["late_rise_error"] = curve_rises(curve)
         values["peak_accuracy"], values["peak_round"] = curve_peak(curve)
         values["groups_asked"] = groups_asked(run.scenario)
+        values["groups_never_held"], values["groups_available"] = groups_never_held(run, values["groups_asked"])
         count = run_client_count(run)
         values["num_clients"] = float(count) if count is not None else math.nan
         # resumes that went on with the clients on other hosts (simulate --allow-layout-change)

@@ -15,6 +15,7 @@ from analysis.participation_split import DIFFERENCE, NON_PARTICIPANTS, PARTICIPA
 from analysis.provenance import mark_across_machines, provenance_note
 from analysis.report_table import BEST, REFERENCE, SECOND, ReportTable, Text, percent as _percent, with_std as _with_std
 from analysis.trivial_rows import TABLE_METRICS as TRIVIAL_TABLES, macro_reference_rows, reference_note, reference_rows
+from analysis.group_usage import HELD_SHARE
 from analysis.verdict import RULE, paired_verdict
 from analysis.row_flags import cell_flags, evidence_flags, flag_note, row_flags
 from analysis.final_metrics import (
@@ -283,6 +284,11 @@ def _gain_rows(
     return table
 
 
+def _never_held(record: RunMetrics) -> str:
+    never, available = record.values.get("groups_never_held", math.nan), record.values.get("groups_available", math.nan)
+    return "-" if math.isnan(never) or math.isnan(available) else f"{int(never)} of {int(available)}"
+
+
 def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
     """Every method that forms client groups: the groups it ended with and their ARI
     against the planted groups beside its accuracy, so a method that found one cluster
@@ -292,24 +298,28 @@ def clustered_table(records: list[RunMetrics]) -> ReportTable | None:
         return None
     table = ReportTable(
         "Clustered methods: groups found at the final evaluation and their ARI against the planted groups, beside the mean accuracy",
-        ["Setting", "Method", "Mean acc.", "Groups found (per seed)", "ARI vs planted", "Flags"],
+        ["Setting", "Method", "Mean acc.", "Groups found (per seed)", "Never held a client (per seed)", "ARI vs planted", "Flags"],
     )
     flags = row_flags(records)
     accuracy, ari = cells(grouped, "mean_accuracy"), cells(grouped, "ari_true")
     for setting, method in sorted({(r.setting, r.method) for r in grouped}):
         runs = sorted((r for r in grouped if (r.setting, r.method) == (setting, method)), key=lambda r: r.seed)
         found = ", ".join(str(int(r.values["num_groups"])) for r in runs)
+        never = ", ".join(_never_held(r) for r in runs)
         ari_cell = ari.get((setting, method))
         ari_text = "-" if ari_cell is None or math.isnan(ari_cell.mean) else _with_std(ari_cell, scale=1.0)
         row_flag = "; ".join(flags.get((setting, method), [])) or "-"
         table.rows.append(
-            [Text(setting), Text(method), Text(_with_std(accuracy[(setting, method)])), Text(found), Text(ari_text), Text(row_flag)]
+            [Text(setting), Text(method), Text(_with_std(accuracy[(setting, method)])), Text(found), Text(never), Text(ari_text),
+             Text(row_flag)]  # fmt: skip
         )
     table.note = " ".join(
         note
         for note in (
             "Groups: distinct groups among the clients' final assignments (argmax membership for soft methods); ARI 1 = the "
-            "planted groups exactly, 0 = chance.",
+            "planted groups exactly, 0 = chance. Never held a client: of the groups the run had, those that at no evaluated "
+            f"round were a client's assigned group or carried over {100 * HELD_SHARE:g}% of its membership (such a group "
+            "trained on next to nothing: analysis/group_usage.py); - where the run logs no group count.",
             flag_note(flags.get((r.setting, r.method), []) for r in grouped),
         )
         if note
