@@ -114,6 +114,8 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("a null pixel", _edit_user(USERS[0], _set_pixel(None)), USERS[0], "x[3] holds None, not a pixel"),  # type: ignore[arg-type]
     ("a negative pixel", _edit_user(USERS[1], _set_pixel(-0.5)), USERS[1], "x[3] holds the pixel -0.5, outside [0, 1]"),
     ("a pixel past 255", _edit_user(USERS[1], _set_pixel(300.0)), USERS[1], "x[3] holds the pixel 300, outside [0, 1] (LEAF's scale) and outside [0, 255]"),
+    ("a string first row", _edit_user(USERS[0], lambda data: data["x"].__setitem__(0, "abc")), USERS[0],
+     "x[0] is str, not a list of pixels"),
     ("a user without data", lambda document: document["user_data"].pop(USERS[2]), USERS[2], "has no x and y lists in user_data"),
     ("data of an unlisted user", lambda document: (document["users"].pop(), document["num_samples"].pop()), USERS[2], "has data in user_data but is not in users"),
     ("a user listed twice", lambda document: (document["users"].append(USERS[0]), document["num_samples"].append(SAMPLES)), USERS[0], "is listed twice in users"),

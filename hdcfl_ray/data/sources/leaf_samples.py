@@ -41,7 +41,8 @@ class UserSamples:
 
 class UserReader:
     """Turns each user's parsed data into `UserSamples`; remembers the task of the first
-    user with a sample, so a file (or folder) holds one task throughout."""
+    user with a sample (text when most of its rows are strings), so a file (or folder)
+    holds one task throughout."""
 
     def __init__(self, sequence_length: int) -> None:
         self.sequence_length = sequence_length
@@ -68,7 +69,8 @@ class UserReader:
         if len(xs) != len(ys):
             raise ScenarioError(f"{where} has {len(xs)} samples in x and {len(ys)} in y; {_REWRITE}")
         if self.task is None and xs:
-            self.task = "text" if isinstance(xs[0], str) else "images"
+            # by most rows, so that one corrupt first row does not set the task (and the error) for the whole file
+            self.task = "text" if 2 * sum(isinstance(x, str) for x in xs) > len(xs) else "images"
         if self.task == "text":
             return _text(xs, ys, place, self.sequence_length)
         return _images(xs, ys, where)
