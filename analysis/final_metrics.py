@@ -21,7 +21,7 @@ from analysis.group_usage import groups_never_held
 from analysis.runs import RunRecord
 from analysis.setting_groups import place_runs
 from analysis.trivial_record import recorded_references
-from hdcfl_ray.diagnostics.curve_trend import curve_peak, curve_rises, rounds_curve
+from hdcfl_ray.diagnostics.curve_trend import curve_peak, curve_rises, rounds_curve, scored_curve
 
 # metric -> True when higher is better
 METRICS: dict[str, bool] = {
@@ -98,9 +98,9 @@ def run_metrics(runs: list[RunRecord], keep: str | None = None) -> list[RunMetri
         values.update(participation_split(run, int(final["round"])))
         values["evaluated_fraction"] = evaluated_fraction(final, run_trained_client_count(run))
         values.update(refresh_diagnostics(run))
-        curve = rounds_curve(run.rounds.to_pylist())
-        values["late_rise"], values["total_rise"], values["late_rise_error"] = curve_rises(curve)
-        values["peak_accuracy"], values["peak_round"] = curve_peak(curve)
+        rounds = run.rounds.to_pylist()
+        values["late_rise"], values["total_rise"], values["late_rise_error"] = curve_rises(rounds_curve(rounds))
+        values["peak_accuracy"], values["peak_round"] = curve_peak(scored_curve(rounds))
         values["groups_asked"] = groups_asked(run.scenario)
         values["groups_never_held"], values["groups_available"] = groups_never_held(run, values["groups_asked"])
         count = run_client_count(run)

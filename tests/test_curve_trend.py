@@ -217,3 +217,42 @@ def test_the_end_of_a_run_says_when_its_curve_was_falling(tmp_path) -> None:
     LiveView(console).on_finish(summary)
     text = console.file.getvalue()
     assert "falling when the run stopped: -2.9 pp over the last third of the rounds" in text and "still rising" not in text
+
+
+# FedBABU's evaluated rounds on the Shakespeare stand-in (seed 42, the last third of 120 rounds): its body
+# under the fixed head at every evaluation, and at the final one also fine-tuned (personalized)
+FEDBABU_SHARED = [25.2, 25.9, 26.5, 27.4, 28.2, 29.0, 29.9, 30.8, 31.5]
+
+
+def babu_rows(shared: list[float], final_personalised: float) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = [
+        {"round": 80 + 5 * i, "evaluated": True, "mean_accuracy": v / 100, "mean_accuracy_global": v / 100, "personalized": False}
+        for i, v in enumerate(shared)
+    ]
+    rows[-1].update(mean_accuracy=final_personalised / 100, personalized=True)
+    rows.insert(1, {"round": 81, "evaluated": False, "mean_accuracy": None})
+    return rows
+
+
+def test_a_personalisation_step_at_the_final_evaluation_only_is_not_read_as_learning() -> None:
+    import random
+
+    from hdcfl_ray.diagnostics.curve_trend import rounds_curve, scored_curve
+
+    jump = random.uniform(1.0, 15.0)  # whatever the fine-tuning adds at the end
+    rows = babu_rows(FEDBABU_SHARED, FEDBABU_SHARED[-1] + jump)
+    assert rounds_curve(rows)[-1] == (120, FEDBABU_SHARED[-1] / 100)  # the trend's last point: the body, as every other round
+    assert scored_curve(rows)[-1][1] == (FEDBABU_SHARED[-1] + jump) / 100  # the peak reads the scores as they are
+    late = curve_rises(rounds_curve(rows)).late
+    body = [(80 + 5 * i, v / 100) for i, v in enumerate(FEDBABU_SHARED)]
+    assert late == curve_rises(body).late, jump  # the body's rise, whatever the jump
+
+
+def test_a_method_personalised_at_every_evaluation_keeps_its_scores() -> None:
+    from hdcfl_ray.diagnostics.curve_trend import rounds_curve
+
+    rows = babu_rows(FEDBABU_SHARED, FEDBABU_SHARED[-1])
+    for row in rows:  # Ditto, HDC-FL: personalised models scored at every round, above the shared one
+        if row["evaluated"]:
+            row.update(personalized=True, mean_accuracy_global=0.1)
+    assert [v for _, v in rounds_curve(rows)] == [v / 100 for v in FEDBABU_SHARED]

@@ -92,11 +92,28 @@ class CurveRises(NamedTuple):
 NO_CURVE = CurveRises(math.nan, math.nan, math.nan)
 
 
-def rounds_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """(round, mean client accuracy) of every evaluated round among a run's rounds rows."""
+def scored_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(round, mean client accuracy) of every evaluated round among a run's rounds rows, as scored."""
     return [
         (int(row["round"]), float(row["mean_accuracy"])) for row in rounds if row.get("evaluated") and row.get("mean_accuracy") is not None
     ]
+
+
+def rounds_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(round, mean client accuracy) of every evaluated round, one quantity throughout: the
+    curve the trend is read from. A method that personalises at some evaluations only
+    (FedBABU fine-tunes at the final one) scores its other rounds with the shared model; its
+    personalised rounds enter with their shared-model score (`mean_accuracy_global`), so
+    that the step from the shared to the personalised model is not read as learning."""
+    rows = [row for row in rounds if row.get("evaluated") and row.get("mean_accuracy") is not None]
+    personalised = [bool(row.get("personalized")) for row in rows]
+    mixed = any(personalised) and not all(personalised)
+    curve = []
+    for row, personal in zip(rows, personalised):
+        shared = row.get("mean_accuracy_global")
+        value = shared if mixed and personal and shared is not None else row["mean_accuracy"]
+        curve.append((int(row["round"]), float(value)))
+    return curve
 
 
 def curve_rises(curve: Sequence[tuple[int, float]]) -> CurveRises:
