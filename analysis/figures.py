@@ -13,40 +13,56 @@ import numpy as np
 
 from analysis.figure_files import file_part, pyplot, save_figure  # noqa: F401  (save_figure re-exported)
 from analysis.runs import RunRecord
+from hdcfl_ray.diagnostics.curve_trend import rounds_curve, scored_curve
 
 
-def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int], list[float]]]]:
-    curves: dict[tuple[str, str], list[tuple[list[int], list[float]]]] = defaultdict(list)
+def _curves(runs: list[RunRecord]) -> dict[tuple[str, str], list[tuple[list[int], list[float], list[float]]]]:
+    """Per setting and method, each seed's evaluated rounds, its trend curve (one quantity
+    throughout: curve_trend.rounds_curve) and its scores as logged, in %."""
+    curves: dict[tuple[str, str], list[tuple[list[int], list[float], list[float]]]] = defaultdict(list)
     for run in runs:
-        rows = [row for row in run.rounds.to_pylist() if row["evaluated"] and row["mean_accuracy"] is not None]
-        if rows:
-            curves[(run.setting, run.method)].append(([r["round"] for r in rows], [100 * r["mean_accuracy"] for r in rows]))
+        rows = run.rounds.to_pylist()
+        trend, scored = rounds_curve(rows), scored_curve(rows)
+        if trend:
+            curves[(run.setting, run.method)].append(([r for r, _ in trend], [100 * a for _, a in trend], [100 * a for _, a in scored]))
     return curves
 
 
 def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
     """Mean client accuracy over rounds, mean +- one std over seeds, one figure per setting.
-    HDC-FL's curve follows the shared encoder before activation and its mixtures after."""
+    HDC-FL's curve follows the shared encoder before activation and its mixtures after. A
+    method that personalises at its final evaluation only (FedBABU) is drawn with its shared
+    model's score there, as at every other round, and its personalised score as a marker."""
     plt = pyplot()
     curves = _curves(runs)
     written = []
     for setting in sorted({s for s, _ in curves}):
         figure, axis = plt.subplots(figsize=(7, 4.5))
-        for (curve_setting, method), seeds in sorted(curves.items()):
-            if curve_setting != setting:
-                continue
-            rounds = sorted(set.intersection(*(set(r) for r, _ in seeds)))
-            stacked = np.array([[dict(zip(r, a))[t] for t in rounds] for r, a in seeds])
+        drawn = [(method, seeds) for (curve_setting, method), seeds in sorted(curves.items()) if curve_setting == setting]
+        for index, (method, seeds) in enumerate(drawn):
+            rounds = sorted(set.intersection(*(set(r) for r, _, _ in seeds)))
+            stacked = np.array([[dict(zip(r, a))[t] for t in rounds] for r, a, _ in seeds])
+            scored = np.array([[dict(zip(r, a))[t] for t in rounds] for r, _, a in seeds])
             mean = stacked.mean(axis=0)
-            axis.plot(rounds, mean, label=f"{method} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+            # past the ten colours of the cycle, dashed: fourteen methods stay told apart
+            style = "-" if index < 10 else "--"
+            (line,) = axis.plot(rounds, mean, style, label=f"{method} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
             if len(seeds) > 1:
                 spread = stacked.std(axis=0, ddof=1)
                 axis.fill_between(rounds, mean - spread, mean + spread, alpha=0.2)
+            apart = ~np.isclose(scored, stacked).all(axis=0)
+            if apart.any():
+                axis.plot(np.array(rounds)[apart], scored.mean(axis=0)[apart], marker="x", linestyle="none", color=line.get_color(),
+                          label=f"{method}: personalised at the final evaluation only")  # fmt: skip
         axis.set_xlabel("round (server version in asynchronous runs)")
         axis.set_ylabel("mean client test accuracy (%)")
         axis.set_title(f"{setting}: learning curves (shaded: ± one std over seeds)")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+        if len(drawn) > 6:  # beside the axes, where it hides no curve
+            figure.set_size_inches(10, 4.5)
+            axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        else:
+            axis.legend(fontsize=8)
         written.append(save_figure(figure, out_dir / f"learning_curves_{file_part(setting)}.png"))
     return written
 

@@ -256,3 +256,18 @@ def test_a_method_personalised_at_every_evaluation_keeps_its_scores() -> None:
         if row["evaluated"]:
             row.update(personalized=True, mean_accuracy_global=0.1)
     assert [v for _, v in rounds_curve(rows)] == [v / 100 for v in FEDBABU_SHARED]
+
+
+def test_the_learning_curve_draws_the_body_and_marks_the_final_fine_tuned_score(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from analysis.figures import _curves, learning_curves
+
+    rows = [row for row in babu_rows(FEDBABU_SHARED, 37.8) if row["evaluated"]]
+    run = SimpleNamespace(setting="shakespeare", method="fedbabu", rounds=pa.Table.from_pylist(rows))
+    ((rounds, trend, scored),) = _curves([run])[("shakespeare", "fedbabu")]
+    assert trend[-1] == FEDBABU_SHARED[-1] and scored[-1] == 37.8 and trend[:-1] == scored[:-1]
+    (written,) = learning_curves([run], tmp_path)
+    assert written.exists() and written.stat().st_size > 0

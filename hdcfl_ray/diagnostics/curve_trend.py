@@ -101,18 +101,17 @@ def scored_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]
 
 def rounds_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]:
     """(round, mean client accuracy) of every evaluated round, one quantity throughout: the
-    curve the trend is read from. A method that personalises at some evaluations only
-    (FedBABU fine-tunes at the final one) scores its other rounds with the shared model; its
-    personalised rounds enter with their shared-model score (`mean_accuracy_global`), so
-    that the step from the shared to the personalised model is not read as learning."""
+    curve the trend is read from. A method that personalises at its final evaluation only
+    (FedBABU fine-tunes then) scores its other rounds with the shared model; its final round
+    enters with its shared-model score (`mean_accuracy_global`), so that the step from the
+    shared to the personalised model is not read as learning. A method personalised from
+    some round on (HDC-FL once its groups are active) keeps its scores."""
     rows = [row for row in rounds if row.get("evaluated") and row.get("mean_accuracy") is not None]
-    personalised = [bool(row.get("personalized")) for row in rows]
-    mixed = any(personalised) and not all(personalised)
-    curve = []
-    for row, personal in zip(rows, personalised):
-        shared = row.get("mean_accuracy_global")
-        value = shared if mixed and personal and shared is not None else row["mean_accuracy"]
-        curve.append((int(row["round"]), float(value)))
+    curve = [(int(row["round"]), float(row["mean_accuracy"])) for row in rows]
+    final_only = len(rows) > 1 and bool(rows[-1].get("personalized")) and not any(row.get("personalized") for row in rows[:-1])
+    shared = rows[-1].get("mean_accuracy_global") if rows else None
+    if final_only and shared is not None:
+        curve[-1] = (curve[-1][0], float(shared))
     return curve
 
 
