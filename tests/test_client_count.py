@@ -155,3 +155,35 @@ def test_the_cli_refuses_all_on_a_rotation_with_exit_2(tmp_path, command):
     scenario = tmp_path / "quickstart-all.yaml"
     scenario.write_text(yaml.safe_dump(quickstart))
     assert_refused(command, scenario, tmp_path, ["partition.num_clients", "natural_id"])
+
+
+def test_a_ceiling_on_samples_leaves_out_the_larger_ids_from_the_count_and_the_choice(tmp_path):
+    """partition.max_samples: every client's writer holds between the floor and the ceiling,
+    `all` counts exactly those writers, and a count draws among them only."""
+    rng = np.random.default_rng()
+    folder = _writers_folder(tmp_path, 12, seed=int(rng.integers(1, 1_000)))  # any folder: the rule is on its counts
+    everyone = prepare_run(_shipped_femnist(folder))
+    sizes = sorted(client.num_train for client in everyone.partition.clients)
+    ceiling = sizes[len(sizes) // 2]  # about half the writers fit under it
+    fitting = sum(size <= ceiling for size in sizes)
+    capped = prepare_run(_shipped_femnist(folder, f"partition.max_samples={ceiling}"))
+    assert capped.scenario.partition.num_clients == fitting
+    assert all(client.num_train <= ceiling for client in capped.partition.clients)
+    assert any(f"partition.max_samples ({ceiling})" in notice for notice in capped.notices)
+    counted = prepare_run(_shipped_femnist(folder, f"partition.max_samples={ceiling}", f"partition.num_clients={fitting - 1}"))
+    assert all(client.num_train <= ceiling for client in counted.partition.clients)
+
+
+def test_a_ceiling_that_leaves_too_few_ids_or_sits_under_the_floor_is_refused(tmp_path):
+    folder = _writers_folder(tmp_path, 6)
+    with pytest.raises(ScenarioError, match=r"partition.max_samples \(5\) is below partition.min_samples \(10\)"):
+        _shipped_femnist(folder, "partition.max_samples=5")
+    with pytest.raises((ScenarioError, ValueError), match=r"raise partition.max_samples"):
+        prepare_run(_shipped_femnist(folder, "partition.max_samples=10", "partition.num_clients=3"))
+
+
+def test_a_ceiling_belongs_to_natural_partitions_only():
+    from hdcfl_ray.config.schema import PartitionConfig
+
+    with pytest.raises(ValueError, match="partition.max_samples caps the ids of a natural_id partition"):
+        PartitionConfig(kind="iid", max_samples=100)

@@ -244,6 +244,12 @@ class PartitionConfig(PluginSections):
     min_samples: int = Field(
         10, ge=1, description="dirichlet: minimum training samples per client; natural_id: an id with fewer is never chosen"
     )
+    max_samples: int | None = Field(
+        None,
+        ge=1,
+        description="natural_id: an id with more training samples is never chosen (a seeded choice among the smaller "
+        "ids, to size a run for a CPU); null = no ceiling",
+    )
     dirichlet_balance: bool = Field(
         True,
         description=(
@@ -345,6 +351,13 @@ class PartitionConfig(PluginSections):
             raise ValueError(
                 "partition.partition_by is required when partition.kind is natural_id: the column of who made each "
                 "sample (e.g. writer_id for FEMNIST, character_id for Shakespeare; users for leaf_json)"
+            )
+        if self.max_samples is not None and self.kind != "natural_id":
+            raise ValueError(f"partition.max_samples caps the ids of a natural_id partition; remove it for {self.kind}")
+        if self.max_samples is not None and self.max_samples < self.min_samples:
+            raise ValueError(
+                f"partition.max_samples ({self.max_samples}) is below partition.min_samples ({self.min_samples}): no id "
+                "could be chosen; raise max_samples or lower min_samples"
             )
         if self.group_pattern is not None and self.kind != "natural_id":
             raise ValueError(f"partition.group_pattern groups the ids of a natural_id partition; remove it for {self.kind}")

@@ -19,7 +19,7 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.contract.data import SampleIds
-from hdcfl_ray.data.partitions.natural_id import eligible_ids, id_order
+from hdcfl_ray.data.partitions.natural_id import eligible_ids, id_order, size_rule
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -30,20 +30,21 @@ def resolved_client_count(config: PartitionConfig, ids: SampleIds | None, seed: 
             "partition.num_clients: all counts the ids of the data, and this dataset has no id column "
             "(set dataset.id_column or partition.partition_by to who made each sample, or give a count)"
         )
-    eligible = eligible_ids(ids, config.min_samples)
+    eligible = eligible_ids(ids, config.min_samples, config.max_samples)
+    rule = size_rule(config.min_samples, config.max_samples)
     if eligible.shape[0] < config.ids_per_client:
         raise ScenarioError(
             f"partition.num_clients: all: {eligible.shape[0]} of the {len(ids.names)} ids of column "
-            f"{config.partition_by!r} have at least partition.min_samples ({config.min_samples}) training samples, "
-            f"fewer than partition.ids_per_client ({config.ids_per_client}); lower partition.min_samples"
+            f"{config.partition_by!r} have {rule}, fewer than partition.ids_per_client ({config.ids_per_client}); "
+            "lower partition.min_samples" + (" or raise partition.max_samples" if config.max_samples is not None else "")
         )
     if config.sample_fraction is None:
         count = eligible.shape[0] // config.ids_per_client
         return count, (
             f"partition.num_clients: all = {count} clients: the {eligible.shape[0]} ids of column "
-            f"{config.partition_by!r} with at least {config.min_samples} training samples"
+            f"{config.partition_by!r} with {rule}"
             + (f", {config.ids_per_client} to a client" if config.ids_per_client > 1 else "")
-            + (f" ({len(ids.names) - eligible.shape[0]} ids with fewer left out)" if eligible.shape[0] < len(ids.names) else "")
+            + (f" ({len(ids.names) - eligible.shape[0]} other ids left out)" if eligible.shape[0] < len(ids.names) else "")
         )
     samples = np.bincount(ids.train, minlength=len(ids.names)) + np.bincount(ids.test, minlength=len(ids.names))
     ordered = id_order(eligible, np.random.default_rng(seeding.data_streams(seed)[0]))

@@ -1,7 +1,7 @@
 """The natural partition (`partition.kind: natural_id`): clients are the people who made
 the data (FEMNIST's writers, Shakespeare's speaking roles, a user), not a cut of pooled
 data. `num_clients x ids_per_client` ids are chosen by seed among those with at least
-`min_samples` training samples; each client holds every training sample of its ids and
+`min_samples` training samples (and at most `max_samples`, where set); each client holds every training sample of its ids and
 is tested on the test samples of the same ids (LEAF's "sample" split: the source holds
 out a share of each id's own samples, or reads a test split where the same ids recur)."""
 
@@ -13,18 +13,25 @@ from hdcfl_ray.contract.data import SampleIds, Split
 
 
 def natural_id_partition(
-    ids: SampleIds, num_clients: int, ids_per_client: int, min_samples: int, column: str, rng: np.random.Generator
+    ids: SampleIds,
+    num_clients: int,
+    ids_per_client: int,
+    min_samples: int,
+    column: str,
+    rng: np.random.Generator,
+    max_samples: int | None = None,
 ) -> Split:
     counts = np.bincount(ids.train, minlength=len(ids.names))
-    eligible = eligible_ids(ids, min_samples)
+    eligible = eligible_ids(ids, min_samples, max_samples)
     wanted = num_clients * ids_per_client
     if eligible.shape[0] < wanted:
-        fewer = counts.shape[0] - eligible.shape[0]
+        outside = counts.shape[0] - eligible.shape[0]
+        loosen = "lower partition.min_samples" + (" or raise partition.max_samples" if max_samples is not None else "")
         raise ValueError(
             f"partition.num_clients: {num_clients} clients x {ids_per_client} ids each need {wanted} ids, and column "
-            f"{column!r} holds {eligible.shape[0]} with at least partition.min_samples ({min_samples}) training samples "
-            f"({fewer} of its {counts.shape[0]} ids have fewer); set partition.num_clients to at most "
-            f"{eligible.shape[0] // ids_per_client}, or lower partition.min_samples or partition.ids_per_client"
+            f"{column!r} holds {eligible.shape[0]} with {size_rule(min_samples, max_samples)} ({outside} of its "
+            f"{counts.shape[0]} ids have {'fewer' if max_samples is None else 'fewer or more'}); set partition.num_clients "
+            f"to at most {eligible.shape[0] // ids_per_client}, or {loosen}, or lower partition.ids_per_client"
         )
     chosen = np.sort(id_order(eligible, rng)[:wanted]).reshape(num_clients, ids_per_client)
     train_by_id = _rows_by_id(ids.train, len(ids.names))
@@ -42,9 +49,21 @@ def natural_id_partition(
     return Split(client_indices=client_train, test_indices=client_test, true_groups=_planted_groups(ids, chosen, client_train))
 
 
-def eligible_ids(ids: SampleIds, min_samples: int) -> np.ndarray:
-    """The codes of the ids with at least `min_samples` training samples, ascending."""
-    return np.flatnonzero(np.bincount(ids.train, minlength=len(ids.names)) >= min_samples)
+def eligible_ids(ids: SampleIds, min_samples: int, max_samples: int | None = None) -> np.ndarray:
+    """The codes of the ids with at least `min_samples` training samples (and at most
+    `max_samples`, where set), ascending."""
+    counts = np.bincount(ids.train, minlength=len(ids.names))
+    within = counts >= min_samples
+    if max_samples is not None:
+        within &= counts <= max_samples
+    return np.flatnonzero(within)
+
+
+def size_rule(min_samples: int, max_samples: int | None) -> str:
+    """The ids' size rule as an error or a log line says it."""
+    if max_samples is None:
+        return f"at least partition.min_samples ({min_samples}) training samples"
+    return f"partition.min_samples ({min_samples}) to partition.max_samples ({max_samples}) training samples"
 
 
 def id_order(eligible: np.ndarray, rng: np.random.Generator) -> np.ndarray:

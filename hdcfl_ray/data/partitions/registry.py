@@ -41,7 +41,9 @@ def _feature_shift(config: Any, labels: np.ndarray, num_clients: int, rng: np.ra
 
 
 def _natural_id(config: Any, labels: np.ndarray, num_clients: int, rng: np.random.Generator, ids: SampleIds) -> Any:
-    return natural_id_partition(ids, num_clients, config.ids_per_client, config.min_samples, config.partition_by, rng)
+    return natural_id_partition(
+        ids, num_clients, config.ids_per_client, config.min_samples, config.partition_by, rng, config.max_samples
+    )
 
 
 BUILTIN_PARTITIONS: tuple[PartitionSpec, ...] = (
