@@ -44,7 +44,7 @@ def learning_curves(runs: list[RunRecord], out_dir: Path) -> list[Path]:
             stacked = np.array([[dict(zip(r, a))[t] for t in rounds] for r, a, _ in seeds])
             scored = np.array([[dict(zip(r, a))[t] for t in rounds] for r, _, a in seeds])
             mean = stacked.mean(axis=0)
-            # past the ten colours of the cycle, dashed: fourteen methods stay told apart
+            # past the ten colours of the cycle, dashed: the sixteen built-in methods stay told apart
             style = "-" if index < 10 else "--"
             (line,) = axis.plot(rounds, mean, style, label=f"{method} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
             if len(seeds) > 1:

@@ -107,7 +107,7 @@ def rounds_curve(rounds: Iterable[Mapping[str, Any]]) -> list[tuple[int, float]]
     shared to the personalised model is not read as learning. A method personalised from
     some round on (HDC-FL once its groups are active) keeps its scores."""
     rows = [row for row in rounds if row.get("evaluated") and row.get("mean_accuracy") is not None]
-    curve = [(int(row["round"]), float(row["mean_accuracy"])) for row in rows]
+    curve = scored_curve(rows)
     final_only = len(rows) > 1 and bool(rows[-1].get("personalized")) and not any(row.get("personalized") for row in rows[:-1])
     shared = rows[-1].get("mean_accuracy_global") if rows else None
     if final_only and shared is not None:

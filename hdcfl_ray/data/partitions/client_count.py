@@ -19,7 +19,7 @@ import numpy as np
 from hdcfl_ray import seeding
 from hdcfl_ray.config.schema import PartitionConfig
 from hdcfl_ray.contract.data import SampleIds
-from hdcfl_ray.data.partitions.natural_id import eligible_ids, id_order, size_rule
+from hdcfl_ray.data.partitions.natural_id import eligible_ids, id_order, loosen_rule, size_rule
 from hdcfl_ray.errors import ScenarioError
 
 
@@ -36,7 +36,7 @@ def resolved_client_count(config: PartitionConfig, ids: SampleIds | None, seed: 
         raise ScenarioError(
             f"partition.num_clients: all: {eligible.shape[0]} of the {len(ids.names)} ids of column "
             f"{config.partition_by!r} have {rule}, fewer than partition.ids_per_client ({config.ids_per_client}); "
-            "lower partition.min_samples" + (" or raise partition.max_samples" if config.max_samples is not None else "")
+            + loosen_rule(config.max_samples)
         )
     if config.sample_fraction is None:
         count = eligible.shape[0] // config.ids_per_client

@@ -1,9 +1,10 @@
 """The natural partition (`partition.kind: natural_id`): clients are the people who made
 the data (FEMNIST's writers, Shakespeare's speaking roles, a user), not a cut of pooled
 data. `num_clients x ids_per_client` ids are chosen by seed among those with at least
-`min_samples` training samples (and at most `max_samples`, where set); each client holds every training sample of its ids and
-is tested on the test samples of the same ids (LEAF's "sample" split: the source holds
-out a share of each id's own samples, or reads a test split where the same ids recur)."""
+`min_samples` training samples (and at most `max_samples`, where set); each client holds
+every training sample of its ids and is tested on the test samples of the same ids (LEAF's
+"sample" split: the source holds out a share of each id's own samples, or reads a test
+split where the same ids recur)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,11 @@ def natural_id_partition(
     wanted = num_clients * ids_per_client
     if eligible.shape[0] < wanted:
         outside = counts.shape[0] - eligible.shape[0]
-        loosen = "lower partition.min_samples" + (" or raise partition.max_samples" if max_samples is not None else "")
         raise ValueError(
             f"partition.num_clients: {num_clients} clients x {ids_per_client} ids each need {wanted} ids, and column "
             f"{column!r} holds {eligible.shape[0]} with {size_rule(min_samples, max_samples)} ({outside} of its "
             f"{counts.shape[0]} ids have {'fewer' if max_samples is None else 'fewer or more'}); set partition.num_clients "
-            f"to at most {eligible.shape[0] // ids_per_client}, or {loosen}, or lower partition.ids_per_client"
+            f"to at most {eligible.shape[0] // ids_per_client}, or {loosen_rule(max_samples)}, or lower partition.ids_per_client"
         )
     chosen = np.sort(id_order(eligible, rng)[:wanted]).reshape(num_clients, ids_per_client)
     train_by_id = _rows_by_id(ids.train, len(ids.names))
@@ -64,6 +64,11 @@ def size_rule(min_samples: int, max_samples: int | None) -> str:
     if max_samples is None:
         return f"at least partition.min_samples ({min_samples}) training samples"
     return f"partition.min_samples ({min_samples}) to partition.max_samples ({max_samples}) training samples"
+
+
+def loosen_rule(max_samples: int | None) -> str:
+    """What an error advises to let more ids through the size rule."""
+    return "lower partition.min_samples" + (" or raise partition.max_samples" if max_samples is not None else "")
 
 
 def id_order(eligible: np.ndarray, rng: np.random.Generator) -> np.ndarray:
